@@ -1,0 +1,617 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// Options control how much of the outside world Resolve may read.
+type Options struct {
+	// Static skips reading referenced files (wg-quick file, key files). It
+	// is for build-time validation, where runtime secrets do not exist.
+	Static bool
+}
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,11}$`)
+var ifnameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+
+// MaxNameLen keeps "vc-"+name within IFNAMSIZ-1 (15) bytes.
+const MaxNameLen = 12
+
+// LoadSpec loads and resolves a config file in one step.
+func LoadSpec(path string, opts Options) (*Spec, error) {
+	c, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return Resolve(c, opts)
+}
+
+// Resolve validates c and returns a Spec. The first problem found is
+// returned as a *FieldError (or wraps a wgquick.Error for the wg-quick file).
+func Resolve(c *Config, opts Options) (*Spec, error) {
+	s := &Spec{}
+	if err := resolveNames(c, s); err != nil {
+		return nil, err
+	}
+	if err := resolveWireGuard(c, s, opts); err != nil {
+		return nil, err
+	}
+	if err := resolveIPv6(c, s); err != nil {
+		return nil, err
+	}
+	if err := resolveDNS(c, s); err != nil {
+		return nil, err
+	}
+	if err := resolvePorts(c, s); err != nil {
+		return nil, err
+	}
+	if err := resolveHostLink(c, s); err != nil {
+		return nil, err
+	}
+	return s, checkOverlaps(s)
+}
+
+// ValidateName checks a namespace name as used on the command line too.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fieldErr("name", `set a short name such as "proton"`, "missing")
+	case strings.ContainsAny(name, "/\\") || strings.Contains(name, ".."):
+		return fieldErr("name", "use only a-z, 0-9 and '-'", "%q is not safe as a path component", name)
+	case len(name) > MaxNameLen:
+		return fieldErr("name", fmt.Sprintf("use at most %d characters (interface names are limited to 15)", MaxNameLen), "%q is %d characters long", name, len(name))
+	case !nameRE.MatchString(name):
+		return fieldErr("name", "start with a letter and use only a-z, 0-9 and '-'", "%q has characters that are not allowed", name)
+	}
+	return nil
+}
+
+func validateIfname(field, n string) error {
+	switch {
+	case len(n) > 15:
+		return fieldErr(field, "use at most 15 characters (Linux IFNAMSIZ)", "%q is %d characters long", n, len(n))
+	case n == "." || n == ".." || !ifnameRE.MatchString(n):
+		return fieldErr(field, "use only A-Z, a-z, 0-9, '_', '.' and '-'", "%q is not a valid interface name", n)
+	}
+	return nil
+}
+
+func resolveNames(c *Config, s *Spec) error {
+	if err := ValidateName(c.Name); err != nil {
+		return err
+	}
+	s.Name = c.Name
+	switch Backend(c.Backend) {
+	case "", BackendAuto:
+		s.Backend = BackendAuto
+	case BackendKernel, BackendUserspace:
+		s.Backend = Backend(c.Backend)
+	default:
+		return fieldErr("backend", `use "auto", "kernel" or "userspace"`, "unknown backend %q", c.Backend)
+	}
+	s.Interface = c.Interface
+	if s.Interface == "" {
+		s.Interface = "vc-" + c.Name
+	}
+	return validateIfname("interface", s.Interface)
+}
+
+func resolveWireGuard(c *Config, s *Spec, opts Options) error {
+	w := c.WireGuard
+	var f *wgquick.File
+	if w.ConfigFile != "" {
+		if err := checkSecretPath("wireguard.configFile", w.ConfigFile); err != nil {
+			return err
+		}
+		if !opts.Static {
+			data, err := readSecret("wireguard.configFile", w.ConfigFile)
+			if err != nil {
+				return err
+			}
+			if f, err = wgquick.Parse(data); err != nil {
+				return fieldErr("wireguard.configFile", "", "%s: %v", w.ConfigFile, err)
+			}
+			s.Warnings = append(s.Warnings, f.Warnings...)
+		}
+	} else if w.PrivateKeyFile == "" {
+		return fieldErr("wireguard", "set wireguard.configFile (a wg-quick file) or wireguard.privateKeyFile with addresses and peers", "no tunnel configured")
+	}
+	s.KeysLoaded = !opts.Static
+	if f != nil {
+		s.PrivateKey, s.Addresses, s.MTU = f.PrivateKey, f.Addresses, f.MTU
+		s.ListenPort, s.FwMark = f.ListenPort, f.FwMark
+		s.DNS, s.DNSSearch = f.DNS, f.Search
+		for _, p := range f.Peers {
+			s.Peers = append(s.Peers, PeerSpec{
+				PublicKey: p.PublicKey, PresharedKey: p.PresharedKey, Endpoint: p.Endpoint,
+				AllowedIPs: p.AllowedIPs, Keepalive: time.Duration(p.PersistentKeepalive) * time.Second,
+			})
+		}
+	}
+	if w.PrivateKeyFile != "" {
+		if err := checkSecretPath("wireguard.privateKeyFile", w.PrivateKeyFile); err != nil {
+			return err
+		}
+		if !opts.Static {
+			k, err := readKeyFile("wireguard.privateKeyFile", w.PrivateKeyFile)
+			if err != nil {
+				return err
+			}
+			s.PrivateKey = k
+		}
+	}
+	if len(w.Addresses) > 0 {
+		s.Addresses = nil
+		for i, a := range w.Addresses {
+			p, err := wgquick.ParseAddress(a)
+			if err != nil {
+				return fieldErr(fmt.Sprintf("wireguard.addresses[%d]", i), "write a CIDR such as 10.2.0.2/32 or fd00::2/128", "%v", err)
+			}
+			s.Addresses = append(s.Addresses, p)
+		}
+	}
+	if w.MTU != 0 {
+		if w.MTU < 1280 || w.MTU > 9000 {
+			return fieldErr("wireguard.mtu", "use 1280–9000; 1420 fits a 1500-byte uplink, 1280 is the IPv6 minimum", "%d is out of range", w.MTU)
+		}
+		s.MTU = w.MTU
+	}
+	if s.MTU == 0 {
+		s.MTU = DefaultMTU
+	}
+	if s.MTU < 1280 && (c.IPv6 == "tunnel" || (c.IPv6 != "block" && hasV6(s.Addresses))) {
+		return fieldErr("wireguard.mtu", "use at least 1280 when IPv6 is tunnelled", "%d is below the IPv6 minimum MTU", s.MTU)
+	}
+	if w.ListenPort != 0 {
+		if w.ListenPort < 1 || w.ListenPort > 65535 {
+			return fieldErr("wireguard.listenPort", "use 1–65535, or 0 for a random port", "%d is out of range", w.ListenPort)
+		}
+		s.ListenPort = w.ListenPort
+	}
+	if w.FwMark != 0 {
+		if w.FwMark < 0 || w.FwMark > 0xffffffff {
+			return fieldErr("wireguard.fwMark", "use a 32-bit number", "%d is out of range", w.FwMark)
+		}
+		s.FwMark = w.FwMark
+	}
+	if len(w.Peers) > 0 {
+		s.Peers = nil
+		for i, p := range w.Peers {
+			ps, err := resolvePeer(fmt.Sprintf("wireguard.peers[%d]", i), p, opts)
+			if err != nil {
+				return err
+			}
+			s.Peers = append(s.Peers, ps)
+		}
+	}
+	if f == nil && len(s.Addresses) == 0 {
+		return fieldErr("wireguard.addresses", "add the tunnel address your provider gave you, e.g. 10.2.0.2/32", "missing")
+	}
+	if f == nil && len(s.Peers) == 0 {
+		return fieldErr("wireguard.peers", "add one peer with publicKey, endpoint and allowedIPs", "missing")
+	}
+	return checkPeers(s, c.IPv6)
+}
+
+func resolvePeer(field string, p Peer, opts Options) (PeerSpec, error) {
+	var ps PeerSpec
+	k, err := wgquick.ParseKey(p.PublicKey)
+	if err != nil {
+		return ps, fieldErr(field+".publicKey", "copy the peer's whole public key (44 base64 characters)", "%v", err)
+	}
+	ps.PublicKey = k
+	if p.PresharedKeyFile != "" {
+		if err := checkSecretPath(field+".presharedKeyFile", p.PresharedKeyFile); err != nil {
+			return ps, err
+		}
+		if !opts.Static {
+			psk, err := readKeyFile(field+".presharedKeyFile", p.PresharedKeyFile)
+			if err != nil {
+				return ps, err
+			}
+			ps.PresharedKey = &psk
+		}
+	}
+	if _, _, err := wgquick.ParseEndpoint(p.Endpoint); err != nil {
+		return ps, fieldErr(field+".endpoint", "write host:port, e.g. 198.51.100.1:51820 or [2001:db8::1]:51820", "%v", err)
+	}
+	ps.Endpoint = p.Endpoint
+	for j, a := range p.AllowedIPs {
+		pfx, err := netip.ParsePrefix(a)
+		if err != nil {
+			return ps, fieldErr(fmt.Sprintf("%s.allowedIPs[%d]", field, j), "write a CIDR such as 0.0.0.0/0 or ::/0", "%q is not a CIDR", a)
+		}
+		ps.AllowedIPs = append(ps.AllowedIPs, pfx.Masked())
+	}
+	if p.PersistentKeepalive < 0 || p.PersistentKeepalive > 65535 {
+		return ps, fieldErr(field+".persistentKeepalive", "use seconds between 0 and 65535 (25 is common)", "%d is out of range", p.PersistentKeepalive)
+	}
+	ps.Keepalive = time.Duration(p.PersistentKeepalive) * time.Second
+	return ps, nil
+}
+
+// checkPeers requires that the peers' AllowedIPs together cover the whole
+// address space of every tunnelled family: the namespace's default route
+// points at the tunnel, and a destination no peer accepts would be a
+// silent black hole rather than a working confinement.
+func checkPeers(s *Spec, ipv6 string) error {
+	seen := map[netip.Prefix]int{}
+	var all []netip.Prefix
+	for i, p := range s.Peers {
+		if p.Endpoint == "" {
+			return fieldErr(fmt.Sprintf("wireguard.peers[%d].endpoint", i), "set the provider's server as host:port", "missing")
+		}
+		if len(p.AllowedIPs) == 0 {
+			return fieldErr(fmt.Sprintf("wireguard.peers[%d].allowedIPs", i), "use 0.0.0.0/0, ::/0 to send everything through the tunnel", "missing")
+		}
+		for _, a := range p.AllowedIPs {
+			if j, dup := seen[a]; dup {
+				return fieldErr(fmt.Sprintf("wireguard.peers[%d].allowedIPs", i), "give each prefix to one peer only", "%s is also allowed for peer %d", a, j)
+			}
+			seen[a] = i
+			all = append(all, a)
+		}
+	}
+	if !covers(all, false) {
+		return fieldErr("wireguard.peers[].allowedIPs", "include 0.0.0.0/0 (the namespace routes everything through the tunnel)", "the peers' allowedIPs do not cover the IPv4 default route")
+	}
+	if ipv6 == "tunnel" && !covers(all, true) {
+		return fieldErr("wireguard.peers[].allowedIPs", `include ::/0, or set "ipv6": "block"`, "IPv6 is tunnelled but the peers' allowedIPs do not cover ::/0")
+	}
+	return nil
+}
+
+func resolveIPv6(c *Config, s *Spec) error {
+	switch c.IPv6 {
+	case "", "auto":
+		all := []netip.Prefix{}
+		for _, p := range s.Peers {
+			all = append(all, p.AllowedIPs...)
+		}
+		// Tunnel IPv6 only if the tunnel can actually carry it.
+		s.IPv6 = s.HasV6() && covers(all, true)
+	case "tunnel":
+		if !s.HasV6() {
+			return fieldErr("ipv6", `add an IPv6 tunnel address, or use "block"`, "tunnel requested but the tunnel has no IPv6 address")
+		}
+		s.IPv6 = true
+	case "block":
+		s.IPv6 = false
+	default:
+		return fieldErr("ipv6", `use "auto", "tunnel" or "block"`, "unknown mode %q", c.IPv6)
+	}
+	return nil
+}
+
+func resolveDNS(c *Config, s *Spec) error {
+	switch DNSMode(c.DNS.Mode) {
+	case "", DNSStrict:
+		s.DNSMode = DNSStrict
+	case DNSTunnel:
+		s.DNSMode = DNSTunnel
+	default:
+		return fieldErr("dns.mode", `use "strict" or "tunnel"`, "unknown mode %q", c.DNS.Mode)
+	}
+	if len(c.DNS.Servers) > 0 {
+		s.DNS = nil
+		for i, a := range c.DNS.Servers {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				return fieldErr(fmt.Sprintf("dns.servers[%d]", i), "write an IP address such as 10.2.0.1", "%q is not an IP address", a)
+			}
+			s.DNS = append(s.DNS, ip.Unmap())
+		}
+	}
+	if len(c.DNS.Search) > 0 {
+		s.DNSSearch = c.DNS.Search
+	}
+	for i, a := range s.DNS {
+		if a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() {
+			return fieldErr(fmt.Sprintf("dns.servers[%d]", i), "use your provider's resolver inside the tunnel", "%s cannot be reached through the tunnel", a)
+		}
+		if a.Is6() && !s.IPv6 {
+			return fieldErr(fmt.Sprintf("dns.servers[%d]", i), `remove it, or tunnel IPv6 ("ipv6": "tunnel")`, "%s is IPv6 but IPv6 is blocked", a)
+		}
+	}
+	if len(s.DNS) > 3 {
+		return fieldErr("dns.servers", "keep at most 3 (glibc uses only the first 3)", "%d servers given", len(s.DNS))
+	}
+	if len(s.DNS) == 0 && s.DNSMode == DNSStrict {
+		return fieldErr("dns.servers", `set DNS = in the wg-quick file or dns.servers (e.g. your provider's 10.2.0.1); without one, strict mode blocks all DNS`, "no resolver configured")
+	}
+	return nil
+}
+
+func resolvePorts(c *Config, s *Spec) error {
+	seen := map[string]int{}
+	for i, p := range c.OpenPorts {
+		field := fmt.Sprintf("openPorts[%d]", i)
+		protos, err := protocols(field+".protocol", p.Protocol)
+		if err != nil {
+			return err
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			return fieldErr(field+".port", "use 1–65535", "%d is out of range", p.Port)
+		}
+		for _, proto := range protos {
+			key := fmt.Sprintf("%s/%d", proto, p.Port)
+			if j, dup := seen[key]; dup {
+				return fieldErr(field, "list each port once", "%s is already opened by openPorts[%d]", key, j)
+			}
+			seen[key] = i
+			if proto == "tcp" {
+				s.OpenTCP = append(s.OpenTCP, uint16(p.Port))
+			} else {
+				s.OpenUDP = append(s.OpenUDP, uint16(p.Port))
+			}
+		}
+	}
+	sortPorts(s.OpenTCP)
+	sortPorts(s.OpenUDP)
+	return nil
+}
+
+func protocols(field, p string) ([]string, error) {
+	switch p {
+	case "", "tcp":
+		return []string{"tcp"}, nil
+	case "udp":
+		return []string{"udp"}, nil
+	case "both":
+		return []string{"tcp", "udp"}, nil
+	}
+	return nil, fieldErr(field, `use "tcp", "udp" or "both"`, "unknown protocol %q", p)
+}
+
+func resolveHostLink(c *Config, s *Spec) error {
+	h := c.HostLink
+	if !h.Enable {
+		if len(h.PortMappings) > 0 || len(h.AccessibleFrom) > 0 {
+			return fieldErr("hostLink.enable", "set hostLink.enable = true, or remove the mappings", "portMappings/accessibleFrom given but the host link is disabled")
+		}
+		return nil
+	}
+	hl := &HostLinkSpec{HostIf: "vh-" + s.Name, NSIf: "vn-" + s.Name}
+	var err error
+	if hl.HostAddr, err = hostLinkAddr("hostLink.hostAddress", h.HostAddress); err != nil {
+		return err
+	}
+	if hl.NSAddr, err = hostLinkAddr("hostLink.namespaceAddress", h.NamespaceAddress); err != nil {
+		return err
+	}
+	if hl.HostAddr.Masked() != hl.NSAddr.Masked() {
+		return fieldErr("hostLink.namespaceAddress", "put both host-link addresses in one subnet, e.g. 10.200.1.1/30 and 10.200.1.2/30", "%s is not in %s's subnet", hl.NSAddr, hl.HostAddr)
+	}
+	if hl.HostAddr.Addr() == hl.NSAddr.Addr() {
+		return fieldErr("hostLink.namespaceAddress", "use a different address than hostLink.hostAddress", "%s is the host's address", hl.NSAddr.Addr())
+	}
+	for i, a := range h.AccessibleFrom {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			if ip, err2 := netip.ParseAddr(a); err2 == nil {
+				p = netip.PrefixFrom(ip, ip.BitLen())
+			} else {
+				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "write a CIDR such as 192.168.1.0/24", "%q is not a CIDR", a)
+			}
+		}
+		if !p.Addr().Is4() {
+			return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "the host link is IPv4; list IPv4 CIDRs", "%s is not IPv4", p)
+		}
+		if p.Bits() == 0 {
+			return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "list only your LAN's prefixes: a default route over the host link would bypass the tunnel", "%s covers the whole Internet", p)
+		}
+		hl.AccessibleFrom = append(hl.AccessibleFrom, p.Masked())
+	}
+	seen := map[string]int{}
+	for i, m := range h.PortMappings {
+		field := fmt.Sprintf("hostLink.portMappings[%d]", i)
+		protos, err := protocols(field+".protocol", m.Protocol)
+		if err != nil {
+			return err
+		}
+		if m.From < 1 || m.From > 65535 {
+			return fieldErr(field+".from", "use a host port 1–65535", "%d is out of range", m.From)
+		}
+		if m.To < 1 || m.To > 65535 {
+			return fieldErr(field+".to", "use a namespace port 1–65535", "%d is out of range", m.To)
+		}
+		for _, proto := range protos {
+			key := fmt.Sprintf("%s/%d", proto, m.From)
+			if j, dup := seen[key]; dup {
+				return fieldErr(field+".from", "map each host port once", "host port %s is already mapped by portMappings[%d]", key, j)
+			}
+			seen[key] = i
+			if proto == "udp" && m.From == s.ListenPort {
+				return fieldErr(field+".from", "pick another host port", "udp/%d is WireGuard's listenPort", m.From)
+			}
+			hl.Mappings = append(hl.Mappings, Mapping{HostPort: uint16(m.From), NSPort: uint16(m.To), Proto: proto})
+		}
+	}
+	s.HostLink = hl
+	return nil
+}
+
+func hostLinkAddr(field, a string) (netip.Prefix, error) {
+	if a == "" {
+		return netip.Prefix{}, fieldErr(field, "set a CIDR in a free private subnet, e.g. 10.200.1.1/30 (host) and 10.200.1.2/30 (namespace)", "missing")
+	}
+	p, err := netip.ParsePrefix(a)
+	if err != nil {
+		return netip.Prefix{}, fieldErr(field, "write a CIDR such as 10.200.1.1/30", "%q is not a CIDR", a)
+	}
+	if !p.Addr().Is4() || p.Bits() > 30 || p.Bits() < 8 {
+		return netip.Prefix{}, fieldErr(field, "use an IPv4 CIDR between /8 and /30", "%s is not a usable host-link subnet", p)
+	}
+	if p.Addr() == p.Masked().Addr() {
+		return netip.Prefix{}, fieldErr(field, "use a host address inside the subnet, not the network address", "%s is the network address", p)
+	}
+	return p, nil
+}
+
+// checkOverlaps rejects subnets that would make routing ambiguous.
+func checkOverlaps(s *Spec) error {
+	for i, a := range s.Addresses {
+		for j := i + 1; j < len(s.Addresses); j++ {
+			if a.Overlaps(s.Addresses[j]) {
+				return fieldErr("wireguard.addresses", "give each tunnel address its own prefix", "%s overlaps %s", a, s.Addresses[j])
+			}
+		}
+	}
+	if s.HostLink == nil {
+		return nil
+	}
+	link := s.HostLink.HostAddr.Masked()
+	for _, a := range s.Addresses {
+		if a.Overlaps(link) {
+			return fieldErr("hostLink.hostAddress", "pick a host-link subnet that does not overlap the tunnel", "subnet %s overlaps tunnel address %s", link, a)
+		}
+	}
+	for i, p := range s.HostLink.AccessibleFrom {
+		for _, a := range s.Addresses {
+			if p.Overlaps(a) {
+				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "remove the tunnel's own addresses from accessibleFrom", "%s overlaps tunnel address %s", p, a)
+			}
+		}
+		for _, d := range s.DNS {
+			if p.Contains(d) {
+				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "resolvers are reached only through the tunnel; narrow accessibleFrom", "%s contains DNS server %s", p, d)
+			}
+		}
+		for _, pe := range s.Peers {
+			if host, _, _ := splitHost(pe.Endpoint); host.IsValid() && p.Contains(host) {
+				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "the endpoint must stay reachable on the host's own network; narrow accessibleFrom", "%s contains the WireGuard endpoint %s", p, host)
+			}
+		}
+	}
+	return nil
+}
+
+func splitHost(ep string) (netip.Addr, int, error) {
+	h, port, err := wgquick.ParseEndpoint(ep)
+	if err != nil {
+		return netip.Addr{}, 0, err
+	}
+	a, err := netip.ParseAddr(h)
+	return a, port, err
+}
+
+func hasV6(ps []netip.Prefix) bool {
+	for _, p := range ps {
+		if p.Addr().Is6() {
+			return true
+		}
+	}
+	return false
+}
+
+// covers reports whether the union of the prefixes of one family covers
+// that family's whole address space.
+func covers(ps []netip.Prefix, v6 bool) bool {
+	type rng struct{ lo, hi netip.Addr }
+	var rs []rng
+	for _, p := range ps {
+		if p.Addr().Is6() != v6 {
+			continue
+		}
+		p = p.Masked()
+		rs = append(rs, rng{p.Addr(), lastAddr(p)})
+	}
+	if len(rs) == 0 {
+		return false
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].lo.Less(rs[j].lo) })
+	first := netip.IPv4Unspecified()
+	if v6 {
+		first = netip.IPv6Unspecified()
+	}
+	if rs[0].lo != first {
+		return false
+	}
+	hi := rs[0].hi
+	for _, r := range rs[1:] {
+		if next := hi.Next(); !next.IsValid() {
+			return true // hi is the last address
+		} else if next.Less(r.lo) {
+			return false // gap
+		}
+		if hi.Less(r.hi) {
+			hi = r.hi
+		}
+	}
+	return !hi.Next().IsValid()
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	bits := p.Bits()
+	for i := range b {
+		for k := 0; k < 8; k++ {
+			if i*8+k >= bits {
+				b[i] |= 0x80 >> k
+			}
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+func sortPorts(p []uint16) { sort.Slice(p, func(i, j int) bool { return p[i] < p[j] }) }
+
+// checkSecretPath validates a secret file path syntactically.
+func checkSecretPath(field, path string) error {
+	if !strings.HasPrefix(path, "/") {
+		return fieldErr(field, "use an absolute path", "%q is relative", path)
+	}
+	if strings.HasPrefix(path, "/nix/store/") {
+		return fieldErr(field, "keep secrets outside the Nix store (it is world-readable); use a path such as /run/secrets/vpn.conf", "%q is in the Nix store", path)
+	}
+	return nil
+}
+
+// readSecret reads a secret file, refusing ones that group or others can
+// read or write. Its content is never logged.
+func readSecret(field, path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fieldErr(field, "create the file or fix the path", "cannot read %s: %v", path, unwrapPathErr(err))
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fieldErr(field, "point at a regular file", "%s is not a regular file", path)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fieldErr(field, fmt.Sprintf("run chmod 600 %s", path), "%s is readable or writable by group or others (mode %04o)", path, perm)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fieldErr(field, "make it readable by the agent (root)", "cannot read %s: %v", path, unwrapPathErr(err))
+	}
+	return data, nil
+}
+
+func readKeyFile(field, path string) (k wgtypes.Key, err error) {
+	data, err := readSecret(field, path)
+	if err != nil {
+		return k, err
+	}
+	key, err := wgquick.ParseKey(string(data))
+	if err != nil {
+		return k, fieldErr(field, "the file must hold one base64 key, as written by wg genkey", "%s: %v", path, err)
+	}
+	return key, nil
+}
+
+func unwrapPathErr(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}

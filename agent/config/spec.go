@@ -1,0 +1,112 @@
+package config
+
+import (
+	"net/netip"
+	"time"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// Backend selects the WireGuard implementation.
+type Backend string
+
+const (
+	BackendAuto      Backend = "auto"
+	BackendKernel    Backend = "kernel"
+	BackendUserspace Backend = "userspace"
+)
+
+// DNSMode says which resolvers the namespace may reach.
+type DNSMode string
+
+const (
+	// DNSStrict allows DNS only to the configured servers, through the tunnel.
+	DNSStrict DNSMode = "strict"
+	// DNSTunnel allows DNS to any address, through the tunnel only.
+	DNSTunnel DNSMode = "tunnel"
+)
+
+// Spec is a resolved, validated configuration. All addresses are parsed,
+// defaults applied and keys loaded. It is what the engine, the policy
+// compiler and status consume.
+type Spec struct {
+	Name      string
+	Backend   Backend // as configured; wireguard.Select resolves auto
+	Interface string  // WireGuard interface name
+
+	PrivateKey wgtypes.Key // never logged; String() is redacted on Spec
+	Addresses  []netip.Prefix
+	MTU        int
+	ListenPort int
+	FwMark     int
+	Peers      []PeerSpec
+
+	IPv6      bool // true: tunnel IPv6; false: drop all IPv6
+	DNSMode   DNSMode
+	DNS       []netip.Addr
+	DNSSearch []string
+
+	OpenTCP []uint16
+	OpenUDP []uint16
+
+	HostLink *HostLinkSpec // nil when disabled
+
+	// Warnings from parsing (ignored wg-quick keys), for the log.
+	Warnings []string
+	// KeysLoaded is false when resolved without reading secret files
+	// (build-time validation); such a Spec cannot be brought up.
+	KeysLoaded bool
+}
+
+// PeerSpec is a resolved peer.
+type PeerSpec struct {
+	PublicKey    wgtypes.Key
+	PresharedKey *wgtypes.Key
+	Endpoint     string // host:port, resolved at bring-up
+	AllowedIPs   []netip.Prefix
+	Keepalive    time.Duration
+}
+
+// HostLinkSpec is a resolved host link.
+type HostLinkSpec struct {
+	HostIf, NSIf   string // veth names: host side, namespace side
+	HostAddr       netip.Prefix
+	NSAddr         netip.Prefix
+	AccessibleFrom []netip.Prefix
+	Mappings       []Mapping
+}
+
+// Mapping is a resolved port mapping. Proto is "tcp" or "udp" (a "both"
+// mapping becomes two).
+type Mapping struct {
+	HostPort, NSPort uint16
+	Proto            string
+}
+
+// Default values.
+const (
+	DefaultMTU = 1420
+	// RuntimeDir holds per-namespace state and locks.
+	RuntimeDir = "/run/vpn-confinement"
+	// NetnsDir is where named namespaces are bind-mounted (iproute2's).
+	NetnsDir = "/run/netns"
+	// EtcNetnsDir holds per-namespace resolv.conf/nsswitch.conf (iproute2's).
+	EtcNetnsDir = "/etc/netns"
+)
+
+// TunnelAddrs returns the tunnel's addresses of one family.
+func (s *Spec) TunnelAddrs(v6 bool) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range s.Addresses {
+		if p.Addr().Is6() == v6 {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}
+
+// HasV6 reports whether the tunnel has an IPv6 address.
+func (s *Spec) HasV6() bool { return len(s.TunnelAddrs(true)) > 0 }
+
+// String never includes keys.
+func (s *Spec) String() string { return "Spec{" + s.Name + "}" }

@@ -1,0 +1,426 @@
+// Package wgquick parses wg-quick(8) configuration files, the format VPN
+// providers hand out. It never runs hooks: PreUp/PostUp/PreDown/PostDown,
+// Table and SaveConfig are ignored with a warning.
+//
+// Errors never contain key material.
+package wgquick
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// File is a parsed wg-quick file.
+type File struct {
+	PrivateKey wgtypes.Key
+	Addresses  []netip.Prefix
+	DNS        []netip.Addr
+	Search     []string // non-address DNS= entries are search domains, as in wg-quick
+	MTU        int      // 0: unset
+	ListenPort int      // 0: unset
+	FwMark     int      // 0: unset
+	Peers      []Peer
+	// Warnings lists ignored keys, one human line each.
+	Warnings []string
+}
+
+// Peer is a [Peer] section.
+type Peer struct {
+	PublicKey           wgtypes.Key
+	PresharedKey        *wgtypes.Key
+	Endpoint            string // host:port as written; validated by ParseEndpoint
+	AllowedIPs          []netip.Prefix
+	PersistentKeepalive int
+}
+
+// Error is a parse error with its line and key. Error() is one line.
+type Error struct {
+	Line int
+	Key  string
+	Msg  string
+	Fix  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key + ": ")
+	}
+	b.WriteString(e.Msg)
+	if e.Fix != "" {
+		b.WriteString("; " + e.Fix)
+	}
+	return b.String()
+}
+
+// ignored keys are accepted but never acted on.
+var ignored = map[string]string{
+	"table":      "routing is managed by vpn-agent inside the namespace",
+	"preup":      "shell hooks never run",
+	"postup":     "shell hooks never run",
+	"predown":    "shell hooks never run",
+	"postdown":   "shell hooks never run",
+	"saveconfig": "vpn-agent never writes the file",
+}
+
+// maxFileSize bounds the input: a provider file is well under 64 KiB.
+const maxFileSize = 1 << 20
+
+// Parse parses a wg-quick file. CRLF line endings and a UTF-8 byte order
+// mark are accepted, as wg-quick's own shell parser strips them too.
+func Parse(data []byte) (*File, error) {
+	if len(data) > maxFileSize {
+		return nil, &Error{Msg: "file is larger than 1 MiB", Fix: "check that this is a wg-quick .conf file"}
+	}
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	p := parser{f: &File{}}
+	for i, raw := range strings.Split(string(data), "\n") {
+		p.line = i + 1
+		if err := p.parseLine(raw); err != nil {
+			return nil, err
+		}
+	}
+	return p.finish()
+}
+
+type parser struct {
+	f        *File
+	line     int
+	section  string // "", "interface", "peer"
+	sawIface bool
+	seen     map[string]int // key -> line, per section
+	peer     *Peer
+}
+
+func (p *parser) errf(key, fix, format string, args ...any) error {
+	return &Error{Line: p.line, Key: key, Msg: fmt.Sprintf(format, args...), Fix: fix}
+}
+
+func (p *parser) parseLine(raw string) error {
+	line := raw
+	if i := strings.IndexByte(line, '#'); i >= 0 {
+		line = line[:i]
+	}
+	line = strings.TrimSpace(line)
+	if line == "" {
+		return nil
+	}
+	if strings.IndexFunc(line, func(r rune) bool { return r < 0x20 && r != '\t' }) >= 0 {
+		return p.errf("", "save the file as plain text", "control character in line")
+	}
+	if strings.HasPrefix(line, "[") {
+		return p.startSection(line)
+	}
+	k, v, ok := strings.Cut(line, "=")
+	if !ok {
+		return p.errf("", "write Key = Value", "line %q is neither a [Section] nor Key = Value", truncate(line))
+	}
+	key := strings.TrimSpace(k)
+	val := strings.TrimSpace(v)
+	lk := strings.ToLower(key)
+	if p.section == "" {
+		return p.errf(key, "put it under [Interface] or [Peer]", "key outside any section")
+	}
+	if why, ok := ignored[lk]; ok {
+		p.f.Warnings = append(p.f.Warnings, fmt.Sprintf("line %d: %s ignored: %s", p.line, key, why))
+		return nil
+	}
+	if prev, dup := p.seen[lk]; dup && !repeatable[lk] {
+		return p.errf(key, "keep one", "given twice in one section (first on line %d)", prev)
+	}
+	p.seen[lk] = p.line
+	if p.section == "interface" {
+		return p.interfaceKey(key, lk, val)
+	}
+	return p.peerKey(key, lk, val)
+}
+
+// repeatable keys accumulate, as in wg-quick.
+var repeatable = map[string]bool{"address": true, "dns": true, "allowedips": true}
+
+func (p *parser) startSection(line string) error {
+	switch strings.ToLower(line) {
+	case "[interface]":
+		if p.sawIface {
+			return p.errf("", "merge the two [Interface] sections into one", "duplicate [Interface] section")
+		}
+		p.sawIface = true
+		p.section = "interface"
+	case "[peer]":
+		if err := p.closePeer(); err != nil {
+			return err
+		}
+		p.section = "peer"
+		p.peer = &Peer{}
+	default:
+		return p.errf("", "use [Interface] or [Peer]", "unknown section %q", truncate(line))
+	}
+	p.seen = map[string]int{}
+	return nil
+}
+
+func (p *parser) interfaceKey(key, lk, val string) error {
+	f := p.f
+	var err error
+	switch lk {
+	case "privatekey":
+		f.PrivateKey, err = ParseKey(val)
+		if err != nil {
+			return p.errf(key, "copy the whole key (44 base64 characters) from your provider's file", "%v", err)
+		}
+	case "address":
+		for _, s := range splitList(val) {
+			pfx, err := ParseAddress(s)
+			if err != nil {
+				return p.errf(key, "write addresses as CIDRs, e.g. 10.2.0.2/32, fd00::2/128", "%v", err)
+			}
+			f.Addresses = append(f.Addresses, pfx)
+		}
+	case "dns":
+		for _, s := range splitList(val) {
+			if a, err := netip.ParseAddr(s); err == nil {
+				f.DNS = append(f.DNS, a.Unmap())
+			} else if validDomain(s) {
+				f.Search = append(f.Search, s)
+			} else {
+				return p.errf(key, "list resolver addresses (and optionally search domains)", "%q is neither an IP address nor a domain", truncate(s))
+			}
+		}
+	case "mtu":
+		f.MTU, err = parseInt(val, 576, 9000)
+		if err != nil {
+			return p.errf(key, "use a number between 576 and 9000, e.g. 1420", "%v", err)
+		}
+	case "listenport":
+		f.ListenPort, err = parseInt(val, 0, 65535)
+		if err != nil {
+			return p.errf(key, "use a port number between 1 and 65535, or remove it", "%v", err)
+		}
+	case "fwmark":
+		f.FwMark, err = parseFwMark(val)
+		if err != nil {
+			return p.errf(key, "use a number (e.g. 0xca6c) or off", "%v", err)
+		}
+	default:
+		return p.errf(key, "remove it; [Interface] takes PrivateKey, Address, DNS, MTU, ListenPort, FwMark", "unknown key in [Interface]")
+	}
+	return nil
+}
+
+func (p *parser) peerKey(key, lk, val string) error {
+	pr := p.peer
+	var err error
+	switch lk {
+	case "publickey":
+		pr.PublicKey, err = ParseKey(val)
+		if err != nil {
+			return p.errf(key, "copy the whole key (44 base64 characters)", "%v", err)
+		}
+	case "presharedkey":
+		k, err := ParseKey(val)
+		if err != nil {
+			return p.errf(key, "copy the whole key (44 base64 characters)", "%v", err)
+		}
+		pr.PresharedKey = &k
+	case "endpoint":
+		if _, _, err := ParseEndpoint(val); err != nil {
+			return p.errf(key, endpointFix, "%v", err)
+		}
+		pr.Endpoint = val
+	case "allowedips":
+		for _, s := range splitList(val) {
+			pfx, err := netip.ParsePrefix(s)
+			if err != nil {
+				return p.errf(key, "write CIDRs, e.g. 0.0.0.0/0, ::/0", "%q is not a CIDR", truncate(s))
+			}
+			pr.AllowedIPs = append(pr.AllowedIPs, pfx.Masked())
+		}
+	case "persistentkeepalive":
+		if strings.EqualFold(val, "off") {
+			pr.PersistentKeepalive = 0
+			return nil
+		}
+		pr.PersistentKeepalive, err = parseInt(val, 0, 65535)
+		if err != nil {
+			return p.errf(key, "use seconds (e.g. 25) or off", "%v", err)
+		}
+	default:
+		return p.errf(key, "remove it; [Peer] takes PublicKey, PresharedKey, Endpoint, AllowedIPs, PersistentKeepalive", "unknown key in [Peer]")
+	}
+	return nil
+}
+
+const endpointFix = "write host:port, e.g. 198.51.100.1:51820, [2001:db8::1]:51820 or vpn.example.com:51820"
+
+func (p *parser) closePeer() error {
+	if p.peer == nil {
+		return nil
+	}
+	pr := p.peer
+	p.peer = nil
+	if _, ok := p.seen["publickey"]; !ok {
+		return p.errf("PublicKey", "add the peer's PublicKey", "[Peer] section ending here has no PublicKey")
+	}
+	for i, q := range p.f.Peers {
+		if q.PublicKey == pr.PublicKey {
+			return p.errf("PublicKey", "merge the duplicate [Peer] sections", "[Peer] ending here repeats the public key of peer %d", i+1)
+		}
+	}
+	p.f.Peers = append(p.f.Peers, *pr)
+	return nil
+}
+
+func (p *parser) finish() (*File, error) {
+	p.line++
+	if err := p.closePeer(); err != nil {
+		return nil, err
+	}
+	f := p.f
+	p.line = 0
+	if !p.sawIface {
+		return nil, p.errf("", "add an [Interface] section with PrivateKey and Address", "no [Interface] section")
+	}
+	if f.PrivateKey == (wgtypes.Key{}) {
+		return nil, p.errf("PrivateKey", "add PrivateKey under [Interface]", "missing")
+	}
+	if len(f.Addresses) == 0 {
+		return nil, p.errf("Address", "add Address under [Interface], e.g. 10.2.0.2/32", "missing")
+	}
+	if len(f.Peers) == 0 {
+		return nil, p.errf("", "add a [Peer] section with PublicKey, Endpoint and AllowedIPs", "no [Peer] section")
+	}
+	return f, nil
+}
+
+// ParseKey decodes a base64 WireGuard key. The error never echoes the input.
+func ParseKey(s string) (wgtypes.Key, error) {
+	k, err := wgtypes.ParseKey(strings.TrimSpace(s))
+	if err != nil {
+		return wgtypes.Key{}, fmt.Errorf("not a valid WireGuard key (%d characters; a key is 44 base64 characters ending in '=')", len(strings.TrimSpace(s)))
+	}
+	return k, nil
+}
+
+// ParseAddress parses an interface address. A bare address gets a host
+// prefix (/32 or /128), as wg-quick does.
+func ParseAddress(s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not an address", truncate(s))
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	pfx, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR", truncate(s))
+	}
+	if a := pfx.Addr(); a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
+		return netip.Prefix{}, fmt.Errorf("%q is not a usable interface address", s)
+	}
+	return pfx, nil
+}
+
+// ParseEndpoint splits host:port. IPv6 literals must be bracketed. The
+// host may be a name, resolved at bring-up in the host namespace.
+func ParseEndpoint(s string) (host string, port int, err error) {
+	if s == "" {
+		return "", 0, fmt.Errorf("empty endpoint")
+	}
+	if strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") {
+		return "", 0, fmt.Errorf("IPv6 endpoint %q needs brackets", truncate(s))
+	}
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return "", 0, fmt.Errorf("endpoint %q has no port", truncate(s))
+	}
+	host, ps := s[:i], s[i+1:]
+	if strings.HasPrefix(host, "[") {
+		if !strings.HasSuffix(host, "]") {
+			return "", 0, fmt.Errorf("endpoint %q has an unclosed bracket", truncate(s))
+		}
+		host = host[1 : len(host)-1]
+		a, err := netip.ParseAddr(host)
+		if err != nil || !a.Is6() {
+			return "", 0, fmt.Errorf("endpoint %q: %q in brackets is not an IPv6 address", truncate(s), truncate(host))
+		}
+	}
+	port, err = parseInt(ps, 1, 65535)
+	if err != nil {
+		return "", 0, fmt.Errorf("endpoint %q: port %v", truncate(s), err)
+	}
+	if host == "" {
+		return "", 0, fmt.Errorf("endpoint %q has no host", truncate(s))
+	}
+	if _, err := netip.ParseAddr(host); err != nil && !validDomain(host) {
+		return "", 0, fmt.Errorf("endpoint host %q is neither an IP address nor a host name", truncate(host))
+	}
+	return host, port, nil
+}
+
+func parseInt(s string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a number", truncate(s))
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("%d is out of range %d–%d", n, lo, hi)
+	}
+	return n, nil
+}
+
+func parseFwMark(s string) (int, error) {
+	if strings.EqualFold(s, "off") {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a 32-bit number", truncate(s))
+	}
+	return int(n), nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func validDomain(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(s, "."), ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// truncate keeps echoed input short and printable in one-line errors.
+func truncate(s string) string {
+	const max = 48
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return s
+}
