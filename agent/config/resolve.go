@@ -193,6 +193,12 @@ func resolveWireGuard(c *Config, s *Spec, opts Options) error {
 			s.Peers = append(s.Peers, ps)
 		}
 	}
+	if w.ConfigFile != "" && opts.Static {
+		// The file's content is a runtime secret: what depends on it is
+		// checked when the agent starts.
+		s.contentUnknown = true
+		return nil
+	}
 	if f == nil && len(s.Addresses) == 0 {
 		return fieldErr("wireguard.addresses", "add the tunnel address your provider gave you, e.g. 10.2.0.2/32", "missing")
 	}
@@ -280,7 +286,7 @@ func resolveIPv6(c *Config, s *Spec) error {
 		// Tunnel IPv6 only if the tunnel can actually carry it.
 		s.IPv6 = s.HasV6() && covers(all, true)
 	case "tunnel":
-		if !s.HasV6() {
+		if !s.HasV6() && !s.contentUnknown {
 			return fieldErr("ipv6", `add an IPv6 tunnel address, or use "block"`, "tunnel requested but the tunnel has no IPv6 address")
 		}
 		s.IPv6 = true
@@ -325,7 +331,7 @@ func resolveDNS(c *Config, s *Spec) error {
 	if len(s.DNS) > 3 {
 		return fieldErr("dns.servers", "keep at most 3 (glibc uses only the first 3)", "%d servers given", len(s.DNS))
 	}
-	if len(s.DNS) == 0 && s.DNSMode == DNSStrict {
+	if len(s.DNS) == 0 && s.DNSMode == DNSStrict && !s.contentUnknown {
 		return fieldErr("dns.servers", `set DNS = in the wg-quick file or dns.servers (e.g. your provider's 10.2.0.1); without one, strict mode blocks all DNS`, "no resolver configured")
 	}
 	return nil

@@ -56,6 +56,10 @@ type Spec struct {
 	// KeysLoaded is false when resolved without reading secret files
 	// (build-time validation); such a Spec cannot be brought up.
 	KeysLoaded bool
+
+	// contentUnknown: static resolution of a wg-quick config, whose
+	// addresses, peers and DNS are not known until run time.
+	contentUnknown bool
 }
 
 // PeerSpec is a resolved peer.

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -58,7 +59,8 @@ func (e *Error) Error() string {
 	if e.Fix != "" {
 		b.WriteString("; " + e.Fix)
 	}
-	return b.String()
+	// Last line of defence: nothing key-shaped ever leaves in an error.
+	return keyLike.ReplaceAllString(b.String(), "<redacted>")
 }
 
 // ignored keys are accepted but never acted on.
@@ -121,7 +123,7 @@ func (p *parser) parseLine(raw string) error {
 	}
 	k, v, ok := strings.Cut(line, "=")
 	if !ok {
-		return p.errf("", "write Key = Value", "line %q is neither a [Section] nor Key = Value", truncate(line))
+		return p.errf("", "write Key = Value", "line is neither a [Section] nor Key = Value")
 	}
 	key := strings.TrimSpace(k)
 	val := strings.TrimSpace(v)
@@ -416,8 +418,13 @@ func validDomain(s string) bool {
 	return true
 }
 
-// truncate keeps echoed input short and printable in one-line errors.
+// keyLike matches base64 WireGuard keys (32 bytes: 43 characters and '=').
+var keyLike = regexp.MustCompile(`[A-Za-z0-9+/]{40,}={0,2}`)
+
+// truncate keeps echoed input short and free of key material in one-line
+// errors: anything shaped like a key is redacted.
 func truncate(s string) string {
+	s = keyLike.ReplaceAllString(s, "<redacted>")
 	const max = 48
 	if len(s) > max {
 		s = s[:max] + "…"
