@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/status"
+)
+
+func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
+
+func cmdExec(args []string, out io.Writer) int {
+	i := indexOf(args, "--")
+	if i != 1 || len(args) < 3 {
+		return fail(&config.FieldError{Field: "exec", Msg: "expected NAME -- CMD [ARG...]", Fix: "e.g. vpn-agent exec proton -- curl https://example.com"})
+	}
+	name := args[0]
+	if err := config.ValidateName(name); err != nil {
+		return fail(err)
+	}
+	if !netns.Exists(name) {
+		return fail(fmt.Errorf("namespace %s does not exist; bring it up first", name))
+	}
+	return fail(netns.Exec(name, args[2:], os.Environ()))
+}
+
+func indexOf(args []string, s string) int {
+	for i, a := range args {
+		if a == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func cmdStatus(args []string, out io.Writer) int {
+	fs, _, _ := flags("status")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	names := fs.Args()
+	if len(names) == 0 {
+		names = status.Names()
+	}
+	var reports []*status.Report
+	rc := ExitOK
+	for _, n := range names {
+		r, err := status.Get(n)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) && len(fs.Args()) > 0 {
+				fmt.Fprintf(os.Stderr, "vpn-agent: namespace %s is not up\n", n)
+				return ExitBadInput
+			}
+			return fail(err)
+		}
+		if !r.Healthy {
+			rc = ExitFailure
+		}
+		reports = append(reports, r)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if len(fs.Args()) == 1 {
+			enc.Encode(reports[0])
+		} else {
+			if reports == nil {
+				reports = []*status.Report{}
+			}
+			enc.Encode(reports)
+		}
+		return rc
+	}
+	if len(reports) == 0 {
+		fmt.Fprintln(out, "no namespaces")
+	}
+	for _, r := range reports {
+		printReport(out, r)
+	}
+	return rc
+}
+
+func printReport(w io.Writer, r *status.Report) {
+	state := "healthy"
+	if !r.Healthy {
+		state = "DEGRADED"
+	}
+	fmt.Fprintf(w, "%s: %s\n", r.Name, state)
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  problem:    %s\n", p)
+	}
+	agent := "none (kernel data plane needs none)"
+	if r.AgentPID > 0 {
+		agent = fmt.Sprintf("pid %d (%s)", r.AgentPID, map[bool]string{true: "running", false: "NOT running"}[r.AgentRunning])
+	}
+	fmt.Fprintf(w, "  backend:    %s, agent %s\n", r.Backend, agent)
+	fmt.Fprintf(w, "  interface:  %s (%s, mtu %d) %s\n", r.Interface, map[bool]string{true: "up", false: "down"}[r.LinkUp], r.MTU, strings.Join(r.Addresses, " "))
+	for _, p := range r.Peers {
+		hs := "never"
+		if p.HandshakeAgeSec != nil {
+			hs = (time.Duration(*p.HandshakeAgeSec) * time.Second).String() + " ago"
+		}
+		fmt.Fprintf(w, "  peer:       %s, handshake %s, rx %d B, tx %d B\n", p.Endpoint, hs, p.RxBytes, p.TxBytes)
+	}
+	pol := "NOT loaded"
+	if r.Policy.Loaded {
+		pol = fmt.Sprintf("loaded, %d rules, matches config: %v", r.Policy.Rules, r.Policy.Matches)
+	}
+	fmt.Fprintf(w, "  kill switch: %s\n", pol)
+	if len(r.Policy.Drops) > 0 {
+		var parts []string
+		for k, v := range r.Policy.Drops {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+		}
+		fmt.Fprintf(w, "  dropped:    %s\n", strings.Join(sortedStrings(parts), " "))
+	}
+	fmt.Fprintf(w, "  dns:        %s\n", strings.Join(r.DNS, " "))
+	if r.HostLink != "" {
+		fmt.Fprintf(w, "  host link:  %s\n", r.HostLink)
+	}
+}

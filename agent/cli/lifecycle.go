@@ -1,0 +1,225 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/daemon"
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+)
+
+func cmdRun(args []string, out io.Writer) int {
+	fs, level, format := flags("run")
+	cfg := fs.String("config", "", "config file (JSON)")
+	interval := fs.Duration("check-interval", time.Second, "how often the watchdog checks the namespace")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	log := newLogger(*level, *format)
+	s, err := loadSpec(*cfg, false)
+	if err != nil {
+		return fail(err)
+	}
+	logWarnings(log, s)
+	eng := newEngine(log)
+	abs, _ := filepath.Abs(*cfg)
+	if err := daemon.Run(context.Background(), eng, s, daemon.Options{ConfigPath: abs, Interval: *interval, Log: log}); err != nil {
+		return fail(err)
+	}
+	return ExitOK
+}
+
+func cmdUp(args []string, out io.Writer) int {
+	fs, level, format := flags("up")
+	cfg := fs.String("config", "", "config file (JSON)")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a detached userspace agent to become ready")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	log := newLogger(*level, *format)
+	s, err := loadSpec(*cfg, false)
+	if err != nil {
+		return fail(err)
+	}
+	logWarnings(log, s)
+	eng := newEngine(log)
+	backend, err := eng.Backend(s)
+	if err != nil {
+		return fail(err)
+	}
+	abs, _ := filepath.Abs(*cfg)
+	if backend == config.BackendUserspace {
+		// The userspace data plane lives in a process: start a detached
+		// `vpn-agent run` and wait for its READY=1.
+		pid, err := startDetached(abs, s.Name, *timeout)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(out, "namespace %s up (userspace backend, agent pid %d; stop it with vpn-agent down %s)\n", s.Name, pid, s.Name)
+		return ExitOK
+	}
+	inst, err := eng.Up(context.Background(), s, abs)
+	if err != nil {
+		return fail(err)
+	}
+	inst.Release()
+	fmt.Fprintf(out, "namespace %s up (%s backend)\n", s.Name, inst.Backend)
+	return ExitOK
+}
+
+func cmdDown(args []string, out io.Writer) int {
+	fs, level, format := flags("down")
+	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for a running agent to stop")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	name, err := nameArg(fs)
+	if err != nil {
+		return fail(err)
+	}
+	if err := newEngine(newLogger(*level, *format)).Down(name, *timeout); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(out, "namespace %s down\n", name)
+	return ExitOK
+}
+
+func newEngine(log *slog.Logger) *engine.Engine {
+	e := &engine.Engine{Log: log}
+	e.AfterStep = faultHook()
+	return e
+}
+
+func logWarnings(log *slog.Logger, s *config.Spec) {
+	for _, w := range s.Warnings {
+		log.Warn("wg-quick file", "ignored", w)
+	}
+}
+
+// faultHook is for the fault-injection tests only, and only when
+// VPN_AGENT_TEST_HOOKS=1: VPN_AGENT_FAIL_AFTER=<step> fails Up after that
+// step; VPN_AGENT_KILL_AFTER=<step> SIGKILLs the agent there.
+func faultHook() func(string) error {
+	if os.Getenv("VPN_AGENT_TEST_HOOKS") != "1" {
+		return nil
+	}
+	failAt, killAt := os.Getenv("VPN_AGENT_FAIL_AFTER"), os.Getenv("VPN_AGENT_KILL_AFTER")
+	return func(step string) error {
+		if step == killAt {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		if step == failAt {
+			return fmt.Errorf("injected fault")
+		}
+		return nil
+	}
+}
+
+// startDetached starts `vpn-agent run` in its own session and waits for
+// READY=1 on a private notify socket, as systemd would.
+func startDetached(cfg, name string, timeout time.Duration) (int, error) {
+	dir, err := os.MkdirTemp("", "vpn-agent-up-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		return 0, fmt.Errorf("notify socket: %w", err)
+	}
+	defer conn.Close()
+	if err := os.MkdirAll(engine.StateDir(name), 0o755); err != nil {
+		return 0, err
+	}
+	logPath := filepath.Join(engine.StateDir(name), "agent.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(self, "run", "--config", cfg)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start agent: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ready := make(chan struct{})
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			if containsLine(string(buf[:n]), "READY=1") {
+				close(ready)
+				return
+			}
+		}
+	}()
+	// Forward Ctrl-C to the child so an interrupted up leaves nothing.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	select {
+	case <-ready:
+		return cmd.Process.Pid, nil
+	case err := <-exited:
+		return 0, fmt.Errorf("agent exited before ready (%v): %s", err, lastLine(logPath))
+	case <-sigs:
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		return 0, errors.New("interrupted; the agent was stopped")
+	case <-time.After(timeout):
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		return 0, fmt.Errorf("agent not ready after %s; stopped it: %s", timeout, lastLine(logPath))
+	}
+}
+
+func containsLine(msg, line string) bool {
+	sc := bufio.NewScanner(stringsReader(msg))
+	for sc.Scan() {
+		if sc.Text() == line {
+			return true
+		}
+	}
+	return false
+}
+
+// lastLine returns the agent's last log line: its error.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var last string
+	sc := bufio.NewScanner(stringsReader(string(b)))
+	for sc.Scan() {
+		if t := sc.Text(); t != "" {
+			last = t
+		}
+	}
+	return last
+}

@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+	"github.com/vpn-confinement/vpn-confinement/agent/health"
+)
+
+// Options tune Run.
+type Options struct {
+	ConfigPath string
+	// Interval between health checks (default 1s).
+	Interval time.Duration
+	Log      *slog.Logger
+}
+
+// Run brings s up and supervises it until SIGTERM/SIGINT or ctx ends,
+// then tears everything down. READY=1 is sent only after Up succeeded.
+func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) error {
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	eng.HolderPID = os.Getpid()
+	inst, err := eng.Up(ctx, s, o.ConfigPath)
+	if err != nil {
+		return err
+	}
+	if err := Notify(fmt.Sprintf("READY=1\nSTATUS=namespace %s up (%s backend)\nMAINPID=%d", s.Name, inst.Backend, os.Getpid())); err != nil {
+		log.Warn("sd_notify failed", "err", err)
+	}
+	tick := time.NewTicker(o.Interval)
+	defer tick.Stop()
+	var wd <-chan time.Time
+	if iv := WatchdogInterval(); iv > 0 {
+		t := time.NewTicker(iv)
+		defer t.Stop()
+		wd = t.C
+	}
+	for {
+		var dead <-chan struct{}
+		if inst.Tunnel != nil {
+			dead = inst.Tunnel.Done()
+		}
+		select {
+		case sig := <-sigs:
+			log.Info("stopping", "signal", sig.String())
+			Notify("STOPPING=1")
+			return eng.Teardown(inst)
+		case <-ctx.Done():
+			Notify("STOPPING=1")
+			return errors.Join(ctx.Err(), eng.Teardown(inst))
+		case <-dead:
+			log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
+			repair(ctx, eng, inst, log)
+		case <-tick.C:
+			repair(ctx, eng, inst, log)
+		case <-wd:
+			// Only claim liveness when the namespace is actually healthy.
+			if p := health.Check(inst.Spec, inst.Tunnel); len(p) == 0 {
+				Notify("WATCHDOG=1")
+			}
+		}
+	}
+}
+
+// repair checks the instance and fixes what is broken. The kill switch is
+// repaired first: while anything else is broken, it keeps the namespace
+// closed.
+func repair(ctx context.Context, eng *engine.Engine, inst *engine.Instance, log *slog.Logger) {
+	problems := health.Check(inst.Spec, inst.Tunnel)
+	if len(problems) == 0 {
+		return
+	}
+	for _, p := range problems {
+		log.Warn("unhealthy", "problem", p.String())
+	}
+	Notify("STATUS=repairing: " + problems[0].String())
+	if err := eng.Repair(ctx, inst, problems); err != nil {
+		log.Error("repair failed; will retry", "err", err)
+		return
+	}
+	log.Info("repaired")
+	Notify(fmt.Sprintf("STATUS=namespace %s up (%s backend)", inst.Spec.Name, inst.Backend))
+}

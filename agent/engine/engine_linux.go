@@ -1,0 +1,351 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+)
+
+// Step names, in order. Tests inject faults after any of them.
+const (
+	StepNetns      = "netns"
+	StepPolicy     = "policy"
+	StepResolver   = "resolver"
+	StepTunnel     = "tunnel"
+	StepAddresses  = "addresses"
+	StepHostLink   = "hostlink"
+	StepHostPolicy = "host-policy"
+	StepState      = "state"
+)
+
+// Steps lists the step names in execution order.
+var Steps = []string{StepNetns, StepPolicy, StepResolver, StepTunnel, StepAddresses, StepHostLink, StepHostPolicy, StepState}
+
+// Engine performs Up and Down.
+type Engine struct {
+	Log *slog.Logger
+	// AfterStep, if set, runs after each completed step; an error aborts
+	// Up as if the step had failed (fault injection for tests).
+	AfterStep func(step string) error
+	// ProbeKernel overrides the kernel WireGuard probe (tests).
+	ProbeKernel func() error
+	// HolderPID is recorded in the state file as the process holding the
+	// namespace (the daemon); Down signals it. Zero: none, except that a
+	// userspace data plane always records its own process.
+	HolderPID int
+
+	kernelOnce sync.Once
+	kernelErr  error
+}
+
+// Instance is a namespace brought up by this process.
+type Instance struct {
+	Spec    *config.Spec
+	Backend config.Backend
+	Tunnel  wireguard.Tunnel
+	Adopted bool // the namespace existed before Up
+	lock    *Lock
+
+	configPath string
+	pid        int // recorded in the state file: the process that holds the namespace
+}
+
+func (e *Engine) log() *slog.Logger {
+	if e.Log == nil {
+		return slog.Default()
+	}
+	return e.Log
+}
+
+// Backend resolves the spec's backend on this host.
+func (e *Engine) Backend(s *config.Spec) (config.Backend, error) {
+	if s.Backend == config.BackendUserspace {
+		return config.BackendUserspace, nil
+	}
+	e.kernelOnce.Do(func() {
+		probe := e.ProbeKernel
+		if probe == nil {
+			probe = wireguard.ProbeKernel
+		}
+		e.kernelErr = probe()
+	})
+	return wireguard.Select(s.Backend, e.kernelErr)
+}
+
+// Up brings the namespace up, or converges an existing one. The lock is
+// held until Release (or Down). On error, everything this call created is
+// removed again and an adopted namespace keeps its kill switch.
+func (e *Engine) Up(ctx context.Context, s *config.Spec, configPath string) (inst *Instance, err error) {
+	lock, err := TryLock(s.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Release(false)
+		}
+	}()
+	backend, err := e.Backend(s)
+	if err != nil {
+		return nil, err
+	}
+	inst = &Instance{Spec: s, Backend: backend, lock: lock, configPath: configPath, pid: e.HolderPID}
+	if backend == config.BackendUserspace && inst.pid == 0 {
+		inst.pid = os.Getpid()
+	}
+	if err := e.build(ctx, inst); err != nil {
+		return nil, err
+	}
+	return inst, nil
+}
+
+// Rebuild re-runs every step for an instance this process holds, e.g.
+// after someone deleted the namespace. Steps converge, so Rebuild on a
+// healthy instance changes nothing that matters.
+func (e *Engine) Rebuild(ctx context.Context, inst *Instance) error {
+	if inst.Tunnel != nil {
+		inst.Tunnel.Destroy()
+		inst.Tunnel = nil
+	}
+	return e.build(ctx, inst)
+}
+
+// build runs the steps, journaling undos; on error it rolls back.
+func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
+	s, backend := inst.Spec, inst.Backend
+	log := e.log().With("namespace", s.Name)
+	j := &journal{log: log}
+	defer func() {
+		if err != nil {
+			if rerr := j.rollback(); rerr != nil {
+				err = fmt.Errorf("%w (rollback: %v)", err, rerr)
+			}
+		}
+	}()
+	step := func(name string) error {
+		if e.AfterStep != nil {
+			if err := e.AfterStep(name); err != nil {
+				return fmt.Errorf("after step %s: %w", name, err)
+			}
+		}
+		return nil
+	}
+
+	inst.Adopted = netns.Exists(s.Name)
+	if inst.Adopted {
+		log.Info("adopting existing namespace")
+	} else {
+		if err := netns.Create(s.Name); err != nil {
+			return err
+		}
+		j.add(StepNetns, func() error { return netns.Delete(s.Name) })
+	}
+	if err := step(StepNetns); err != nil {
+		return err
+	}
+
+	// The kill switch goes in before any interface that could carry
+	// traffic. In an adopted namespace it is replaced atomically and never
+	// removed on rollback: fail closed.
+	if err := applyPolicy(s); err != nil {
+		return err
+	}
+	if err := step(StepPolicy); err != nil {
+		return err
+	}
+
+	created, err := writeResolver(s)
+	if err != nil {
+		return err
+	}
+	if created {
+		j.add(StepResolver, func() error { return removeResolver(s.Name) })
+	}
+	if err := step(StepResolver); err != nil {
+		return err
+	}
+
+	t, err := e.ensureTunnel(ctx, s, backend, log)
+	if err != nil {
+		return err
+	}
+	inst.Tunnel = t
+	j.add(StepTunnel, t.Destroy)
+	if err := step(StepTunnel); err != nil {
+		return err
+	}
+
+	if err := configureTunnelL3(s); err != nil {
+		return err
+	}
+	if err := step(StepAddresses); err != nil {
+		return err
+	}
+
+	if s.HostLink != nil {
+		undo, err := createHostLink(s)
+		if err != nil {
+			return err
+		}
+		j.add(StepHostLink, undo)
+	}
+	if err := step(StepHostLink); err != nil {
+		return err
+	}
+	if s.HostLink != nil {
+		if err := applyHostPolicy(s); err != nil {
+			return err
+		}
+		j.add(StepHostPolicy, func() error { return removeHostPolicy(s.Name) })
+	}
+	if err := step(StepHostPolicy); err != nil {
+		return err
+	}
+
+	st := &State{Name: s.Name, Backend: backend, Interface: s.Interface, ConfigPath: inst.configPath, IPv6: s.IPv6, Started: time.Now().UTC(), PID: inst.pid}
+	if s.HostLink != nil {
+		st.HostIf = s.HostLink.HostIf
+	}
+	for _, d := range s.DNS {
+		st.DNS = append(st.DNS, d.String())
+	}
+	if err := writeState(st); err != nil {
+		return err
+	}
+	j.add(StepState, func() error { return removeState(s.Name) })
+	if err := step(StepState); err != nil {
+		return err
+	}
+	log.Info("namespace up", "backend", backend, "interface", s.Interface, "adopted", inst.Adopted)
+	return nil
+}
+
+// ensureTunnel creates the tunnel, or adopts a kernel link left in the
+// namespace by an earlier agent.
+func (e *Engine) ensureTunnel(ctx context.Context, s *config.Spec, backend config.Backend, log *slog.Logger) (wireguard.Tunnel, error) {
+	h, err := netns.Handle(s.Name)
+	if err != nil {
+		return nil, err
+	}
+	existing, lerr := h.LinkByName(s.Interface)
+	h.Close()
+	if lerr == nil {
+		if backend == config.BackendKernel && existing.Type() == "wireguard" {
+			cfg, err := wireguard.DeviceConfig(ctx, s)
+			if err != nil {
+				return nil, err
+			}
+			if err := wireguard.Reconfigure(s.Name, s.Interface, cfg); err != nil {
+				return nil, err
+			}
+			log.Info("adopted existing kernel WireGuard link", "interface", s.Interface)
+			return wireguard.AdoptKernel(s.Name, s.Interface), nil
+		}
+		// Anything else under our name is stale: replace it.
+		if err := wireguard.AdoptKernel(s.Name, s.Interface).Destroy(); err != nil {
+			return nil, err
+		}
+	}
+	return wireguard.Create(ctx, log, s, backend, s.Name)
+}
+
+// RepairTunnel recreates a tunnel whose link vanished (e.g. deleted by an
+// administrator or a crashed data plane). The kill switch stays in place
+// throughout, so the gap is closed, not open.
+func (e *Engine) RepairTunnel(ctx context.Context, inst *Instance) error {
+	if inst.Tunnel != nil {
+		inst.Tunnel.Destroy()
+	}
+	t, err := e.ensureTunnel(ctx, inst.Spec, inst.Backend, e.log().With("namespace", inst.Spec.Name))
+	if err != nil {
+		return err
+	}
+	inst.Tunnel = t
+	return configureTunnelL3(inst.Spec)
+}
+
+// Release drops the lock without tearing anything down (one-shot up with
+// the kernel backend: the namespace outlives the process).
+func (inst *Instance) Release() { inst.lock.Release(false) }
+
+// Teardown removes everything of an instance this process holds.
+func (e *Engine) Teardown(inst *Instance) error {
+	if inst.Tunnel != nil {
+		inst.Tunnel.Destroy()
+	}
+	err := e.removeAll(inst.Spec.Name, inst.Spec.Interface)
+	inst.lock.Release(true)
+	return err
+}
+
+// Down removes a namespace by name, whoever brought it up. If a running
+// agent holds it, that agent is asked to stop (SIGTERM) and awaited.
+func (e *Engine) Down(name string, timeout time.Duration) error {
+	if err := config.ValidateName(name); err != nil {
+		return err
+	}
+	lock, err := TryLock(name)
+	if errors.Is(err, ErrBusy) {
+		pid := HolderPID(name)
+		if pid <= 0 || pid == os.Getpid() {
+			return err
+		}
+		e.log().Info("asking the running agent to stop", "namespace", name, "pid", pid)
+		if serr := syscall.Kill(pid, syscall.SIGTERM); serr != nil && !errors.Is(serr, syscall.ESRCH) {
+			return fmt.Errorf("signal agent pid %d: %w", pid, serr)
+		}
+		lock, err = WaitLock(name, timeout)
+	}
+	if err != nil {
+		return err
+	}
+	iface := "vc-" + name
+	if st, err := ReadState(name); err == nil && st.Interface != "" {
+		iface = st.Interface
+	}
+	err = e.removeAll(name, iface)
+	lock.Release(true)
+	return err
+}
+
+// removeAll deletes every trace of a namespace by name. Each part is
+// attempted even if an earlier one fails.
+func (e *Engine) removeAll(name, iface string) error {
+	var errs []error
+	add := func(what string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	add("host policy", removeHostPolicy(name))
+	add("host link", deleteHostLink("vh-"+name))
+	if netns.Exists(name) {
+		// Delete the tunnel before the namespace: processes still inside
+		// keep the namespace alive, and must lose the tunnel, not keep it.
+		// The kill switch stays with them.
+		add("tunnel", wireguard.AdoptKernel(name, iface).Destroy())
+	}
+	if err := os.Remove(wireguard.UAPISocket(iface)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		add("uapi socket", err)
+	}
+	add("resolver files", removeResolver(name))
+	add("netns", netns.Delete(name))
+	add("state", removeState(name))
+	if err := os.RemoveAll(StateDir(name)); err != nil {
+		add("runtime dir", err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("down %s: %w", name, err)
+	}
+	e.log().Info("namespace down", "namespace", name)
+	return nil
+}

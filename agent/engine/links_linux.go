@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"golang.org/x/sys/unix"
+)
+
+// configureTunnelL3 gives the tunnel link inside the namespace its MTU and
+// addresses, brings it up and points the default routes at it. It
+// converges: addresses not in the spec are removed, routes replaced.
+func configureTunnelL3(s *config.Spec) error {
+	h, err := netns.Handle(s.Name)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link, err := h.LinkByName(s.Interface)
+	if err != nil {
+		return fmt.Errorf("find %q in netns %q: %w", s.Interface, s.Name, err)
+	}
+	if err := h.LinkSetMTU(link, s.MTU); err != nil {
+		return fmt.Errorf("set mtu %d on %q: %w", s.MTU, s.Interface, err)
+	}
+	if err := syncAddrs(h, link, s.Addresses); err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return fmt.Errorf("set %q up: %w", s.Interface, err)
+	}
+	defaults := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+	if s.IPv6 {
+		defaults = append(defaults, netip.MustParsePrefix("::/0"))
+	}
+	for _, d := range defaults {
+		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipnet(d), Scope: netlink.SCOPE_LINK}
+		if d.Addr().Is6() {
+			r.Scope = netlink.SCOPE_UNIVERSE
+		}
+		if err := h.RouteReplace(r); err != nil {
+			return fmt.Errorf("route %s dev %s: %w", d, s.Interface, err)
+		}
+	}
+	return nil
+}
+
+func syncAddrs(h *netlink.Handle, link netlink.Link, want []netip.Prefix) error {
+	have, err := h.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("list addresses of %q: %w", link.Attrs().Name, err)
+	}
+	keep := map[netip.Prefix]bool{}
+	for _, p := range want {
+		keep[p] = true
+	}
+	for _, a := range have {
+		p := prefixOf(a.IPNet)
+		if !keep[p] && !p.Addr().IsLinkLocalUnicast() {
+			if err := h.AddrDel(link, &a); err != nil {
+				return fmt.Errorf("remove stale address %s: %w", p, err)
+			}
+		}
+	}
+	for _, p := range want {
+		a := &netlink.Addr{IPNet: ipnet(p)}
+		if p.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD // the tunnel is point to point: no duplicates to detect
+		}
+		if err := h.AddrReplace(link, a); err != nil {
+			return fmt.Errorf("add address %s to %q: %w", p, link.Attrs().Name, err)
+		}
+	}
+	return nil
+}
+
+// createHostLink makes the veth pair, moves one end in, addresses both and
+// routes the accessibleFrom prefixes (only) back over it. It returns an
+// undo function; on error it has already undone its own work.
+func createHostLink(s *config.Spec) (func() error, error) {
+	hl := s.HostLink
+	if l, err := netlink.LinkByName(hl.HostIf); err == nil {
+		// A stale pair from an earlier crash: ours by name, replace it.
+		netlink.LinkDel(l)
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = hl.HostIf
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: hl.NSIf}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("create veth %q: %w", hl.HostIf, err)
+	}
+	undo := func() error {
+		if l, err := netlink.LinkByName(hl.HostIf); err == nil {
+			return netlink.LinkDel(l)
+		}
+		return nil
+	}
+	fail := func(err error) (func() error, error) { undo(); return nil, err }
+
+	peer, err := netlink.LinkByName(hl.NSIf)
+	if err != nil {
+		return fail(fmt.Errorf("find veth peer %q: %w", hl.NSIf, err))
+	}
+	ns, err := netns.Open(s.Name)
+	if err != nil {
+		return fail(err)
+	}
+	err = netlink.LinkSetNsFd(peer, int(ns))
+	ns.Close()
+	if err != nil {
+		return fail(fmt.Errorf("move %q into netns %q: %w", hl.NSIf, s.Name, err))
+	}
+	host, err := netlink.LinkByName(hl.HostIf)
+	if err != nil {
+		return fail(err)
+	}
+	if err := netlink.AddrReplace(host, &netlink.Addr{IPNet: ipnet(hl.HostAddr)}); err != nil {
+		return fail(fmt.Errorf("address %s on %q: %w", hl.HostAddr, hl.HostIf, err))
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return fail(fmt.Errorf("set %q up: %w", hl.HostIf, err))
+	}
+	h, err := netns.Handle(s.Name)
+	if err != nil {
+		return fail(err)
+	}
+	defer h.Close()
+	in, err := h.LinkByName(hl.NSIf)
+	if err != nil {
+		return fail(err)
+	}
+	if err := h.AddrReplace(in, &netlink.Addr{IPNet: ipnet(hl.NSAddr)}); err != nil {
+		return fail(fmt.Errorf("address %s on %q: %w", hl.NSAddr, hl.NSIf, err))
+	}
+	if err := h.LinkSetUp(in); err != nil {
+		return fail(fmt.Errorf("set %q up: %w", hl.NSIf, err))
+	}
+	// Only replies to allowed LAN clients route back over the veth; there
+	// is never a default route over it.
+	for _, p := range hl.AccessibleFrom {
+		r := &netlink.Route{LinkIndex: in.Attrs().Index, Dst: ipnet(p), Gw: hl.HostAddr.Addr().AsSlice()}
+		if err := h.RouteReplace(r); err != nil {
+			return fail(fmt.Errorf("route %s via %s: %w", p, hl.HostAddr.Addr(), err))
+		}
+	}
+	if len(hl.Mappings) > 0 {
+		// DNAT'd connections from the LAN are forwarded by the host.
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
+			return fail(fmt.Errorf("enable net.ipv4.ip_forward for port mappings: %w", err))
+		}
+	}
+	return undo, nil
+}
+
+// deleteHostLink removes the host end of the veth (the kernel removes the
+// peer with it). Missing is fine.
+func deleteHostLink(hostIf string) error {
+	l, err := netlink.LinkByName(hostIf)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return nil
+	}
+	return netlink.LinkDel(l)
+}
+
+func ipnet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func prefixOf(n *net.IPNet) netip.Prefix {
+	a, _ := netip.AddrFromSlice(n.IP)
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones)
+}

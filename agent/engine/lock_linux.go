@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"golang.org/x/sys/unix"
+)
+
+// Lock is an exclusive flock on /run/vpn-confinement/<name>.lock. One
+// process manages a namespace at a time; a second one fails cleanly.
+type Lock struct {
+	f    *os.File
+	path string
+}
+
+// ErrBusy means another agent manages the namespace.
+var ErrBusy = errors.New("namespace is managed by another vpn-agent")
+
+func lockPath(name string) string { return filepath.Join(config.RuntimeDir, name+".lock") }
+
+// TryLock takes the namespace lock without waiting.
+func TryLock(name string) (*Lock, error) {
+	if err := os.MkdirAll(config.RuntimeDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", config.RuntimeDir, err)
+	}
+	p := lockPath(name)
+	for attempt := 0; attempt < 5; attempt++ {
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("open lock %s: %w", p, err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			pid := readPID(f)
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("%w (pid %s); stop it first or run vpn-agent down %s", ErrBusy, pid, name)
+			}
+			return nil, fmt.Errorf("lock %s: %w", p, err)
+		}
+		// The holder we waited for may have removed the file (Down does):
+		// then our lock is on an orphan inode, so try again.
+		var a, b unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &a) == nil && unix.Stat(p, &b) == nil && a.Ino == b.Ino {
+			f.Truncate(0)
+			f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+			return &Lock{f: f, path: p}, nil
+		}
+		f.Close()
+	}
+	return nil, fmt.Errorf("lock %s: file keeps being replaced", p)
+}
+
+// WaitLock polls TryLock until timeout, for Down waiting on a daemon.
+func WaitLock(name string, timeout time.Duration) (*Lock, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		l, err := TryLock(name)
+		if err == nil || !errors.Is(err, ErrBusy) || time.Now().After(deadline) {
+			return l, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Release unlocks; with remove, the lock file is deleted first (Down).
+func (l *Lock) Release(remove bool) {
+	if l == nil || l.f == nil {
+		return
+	}
+	if remove {
+		os.Remove(l.path)
+	}
+	l.f.Close()
+	l.f = nil
+}
+
+// HolderPID returns the pid written in the lock file, or 0.
+func HolderPID(name string) int {
+	f, err := os.Open(lockPath(name))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n, _ := strconv.Atoi(readPID(f))
+	return n
+}
+
+func readPID(f *os.File) string {
+	b := make([]byte, 16)
+	n, _ := f.ReadAt(b, 0)
+	return strings.TrimSpace(string(b[:n]))
+}

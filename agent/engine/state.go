@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+)
+
+// State is what the agent records about a namespace it manages, in
+// /run/vpn-confinement/<name>/state.json. It holds no secrets.
+type State struct {
+	Name       string         `json:"name"`
+	Backend    config.Backend `json:"backend"`
+	Interface  string         `json:"interface"`
+	PID        int            `json:"pid,omitempty"` // process holding the data plane (userspace) or running the watchdog
+	ConfigPath string         `json:"configPath,omitempty"`
+	HostIf     string         `json:"hostInterface,omitempty"`
+	DNS        []string       `json:"dns,omitempty"`
+	IPv6       bool           `json:"ipv6"`
+	Started    time.Time      `json:"started"`
+}
+
+// StateDir is the per-namespace runtime directory.
+func StateDir(name string) string { return filepath.Join(config.RuntimeDir, name) }
+
+func statePath(name string) string { return filepath.Join(StateDir(name), "state.json") }
+
+// ReadState returns the recorded state, or os.ErrNotExist.
+func ReadState(name string) (*State, error) {
+	b, err := os.ReadFile(statePath(name))
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", statePath(name), err)
+	}
+	return &s, nil
+}
+
+func writeState(s *State) error {
+	if err := os.MkdirAll(StateDir(s.Name), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", StateDir(s.Name), err)
+	}
+	b, _ := json.MarshalIndent(s, "", "  ")
+	return writeFileAtomic(statePath(s.Name), append(b, '\n'), 0o644)
+}
+
+func removeState(name string) error {
+	err := os.Remove(statePath(name))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// ListStates returns the names of namespaces with a state file.
+func ListStates() []string {
+	ents, _ := os.ReadDir(config.RuntimeDir)
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			if _, err := os.Stat(statePath(e.Name())); err == nil {
+				out = append(out, e.Name())
+			}
+		}
+	}
+	return out
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

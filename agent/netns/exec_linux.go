@@ -1,0 +1,57 @@
+package netns
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Exec replaces the current process with argv running inside the named
+// namespace, the way `ip netns exec` does: in a private mount namespace,
+// every file in /etc/netns/<name>/ is bind-mounted over /etc/<file> (so
+// the command sees the namespace's resolv.conf and nsswitch.conf, never
+// the host's), and /sys is remounted to show the namespace's interfaces.
+// It only returns on error.
+func Exec(name string, argv []string, env []string) error {
+	if len(argv) == 0 {
+		return fmt.Errorf("exec: no command given")
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fmt.Errorf("exec: %w", err)
+	}
+	ns, err := Open(name)
+	if err != nil {
+		return err
+	}
+	// From here the thread's namespaces change; execve keeps only this
+	// thread, so the whole new program runs in them.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("exec: unshare mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "none", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("exec: make / a slave mount: %w", err)
+	}
+	etc := filepath.Join("/etc/netns", name)
+	ents, _ := os.ReadDir(etc)
+	for _, e := range ents {
+		src, dst := filepath.Join(etc, e.Name()), filepath.Join("/etc", e.Name())
+		if err := unix.Mount(src, dst, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("exec: bind %s over %s: %w", src, dst, err)
+		}
+	}
+	if err := vnetns.Set(ns); err != nil {
+		return fmt.Errorf("exec: enter netns %q: %w", name, err)
+	}
+	ns.Close()
+	if err := unix.Unmount("/sys", unix.MNT_DETACH); err == nil {
+		unix.Mount(name, "/sys", "sysfs", 0, "")
+	}
+	return fmt.Errorf("exec %s: %w", path, unix.Exec(path, argv, env))
+}

@@ -1,0 +1,88 @@
+package wireguard
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+type kernelTunnel struct {
+	name, ns string
+}
+
+func createKernel(s *config.Spec, cfg wgtypes.Config, nsName string) (Tunnel, error) {
+	la := netlink.NewLinkAttrs()
+	la.Name = s.Interface
+	la.MTU = s.MTU
+	link := &netlink.Wireguard{LinkAttrs: la}
+	if err := netlink.LinkAdd(link); err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			return nil, ErrNoKernel
+		}
+		return nil, fmt.Errorf("create wireguard link %q: %w", s.Interface, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			netlink.LinkDel(link)
+		}
+	}()
+	// Configure while the link is still in the host namespace: the kernel
+	// binds the UDP socket in the namespace the link was created in, and
+	// it stays there after the move (the birthplace trick).
+	if err := configureHere(s.Interface, cfg); err != nil {
+		return nil, err
+	}
+	if err := moveToNS(link, nsName); err != nil {
+		return nil, err
+	}
+	ok = true
+	return &kernelTunnel{name: s.Interface, ns: nsName}, nil
+}
+
+// Reconfigure applies cfg to an existing kernel link inside nsName (used
+// when adopting a namespace left by an earlier agent).
+func Reconfigure(nsName, iface string, cfg wgtypes.Config) error {
+	return netns.Do(nsName, func() error { return configureHere(iface, cfg) })
+}
+
+func configureHere(iface string, cfg wgtypes.Config) error {
+	c, err := wgctrl.New()
+	if err != nil {
+		return fmt.Errorf("wgctrl: %w", err)
+	}
+	defer c.Close()
+	if err := c.ConfigureDevice(iface, cfg); err != nil {
+		return fmt.Errorf("configure wireguard %q: %w", iface, err)
+	}
+	return nil
+}
+
+// AdoptKernel returns a handle for a kernel link already in nsName.
+func AdoptKernel(nsName, iface string) Tunnel { return &kernelTunnel{name: iface, ns: nsName} }
+
+func (k *kernelTunnel) Backend() config.Backend { return config.BackendKernel }
+func (k *kernelTunnel) Name() string            { return k.name }
+func (k *kernelTunnel) Done() <-chan struct{}   { return nil }
+
+func (k *kernelTunnel) Destroy() error {
+	h, err := netns.Handle(k.ns)
+	if err != nil {
+		return nil // namespace gone: so is the link
+	}
+	defer h.Close()
+	l, err := h.LinkByName(k.name)
+	if err != nil {
+		return nil
+	}
+	if err := h.LinkDel(l); err != nil {
+		return fmt.Errorf("delete wireguard link %q: %w", k.name, err)
+	}
+	return nil
+}

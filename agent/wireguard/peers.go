@@ -1,0 +1,106 @@
+package wireguard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// DeviceConfig builds the wgctrl configuration for a spec, resolving
+// endpoint host names in the agent's (host) namespace. It replaces all
+// peers, so applying it twice converges.
+func DeviceConfig(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
+	key := s.PrivateKey
+	port := s.ListenPort
+	mark := s.FwMark
+	cfg := wgtypes.Config{PrivateKey: &key, ListenPort: &port, FirewallMark: &mark, ReplacePeers: true}
+	for i, p := range s.Peers {
+		ep, err := ResolveEndpoint(ctx, p.Endpoint)
+		if err != nil {
+			return cfg, fmt.Errorf("wireguard.peers[%d].endpoint: %w", i, err)
+		}
+		ka := p.Keepalive
+		pc := wgtypes.PeerConfig{
+			PublicKey:                   p.PublicKey,
+			PresharedKey:                p.PresharedKey,
+			Endpoint:                    ep,
+			PersistentKeepaliveInterval: &ka,
+			ReplaceAllowedIPs:           true,
+		}
+		for _, a := range p.AllowedIPs {
+			pc.AllowedIPs = append(pc.AllowedIPs, net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())})
+		}
+		cfg.Peers = append(cfg.Peers, pc)
+	}
+	return cfg, nil
+}
+
+// ResolveEndpoint turns host:port into a UDP address. Names are resolved
+// by the agent in the host namespace (never by the confined side), IPv4
+// first.
+func ResolveEndpoint(ctx context.Context, ep string) (*net.UDPAddr, error) {
+	host, port, err := wgquick.ParseEndpoint(ep)
+	if err != nil {
+		return nil, err
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.Unmap(), uint16(port))), nil
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return nil, fmt.Errorf("resolve %q: %v", host, err)
+	}
+	best := addrs[0]
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			best = a
+			break
+		}
+	}
+	return net.UDPAddrFromAddrPort(netip.AddrPortFrom(best.Unmap(), uint16(port))), nil
+}
+
+// uapiConfig renders a wgctrl config as the userspace UAPI "set" text.
+func uapiConfig(c wgtypes.Config) string {
+	var b []byte
+	line := func(k, v string) { b = append(b, k+"="+v+"\n"...) }
+	if c.PrivateKey != nil {
+		line("private_key", hexKey(*c.PrivateKey))
+	}
+	if c.ListenPort != nil {
+		line("listen_port", strconv.Itoa(*c.ListenPort))
+	}
+	if c.FirewallMark != nil {
+		line("fwmark", strconv.Itoa(*c.FirewallMark))
+	}
+	if c.ReplacePeers {
+		line("replace_peers", "true")
+	}
+	for _, p := range c.Peers {
+		line("public_key", hexKey(p.PublicKey))
+		if p.PresharedKey != nil {
+			line("preshared_key", hexKey(*p.PresharedKey))
+		}
+		if p.Endpoint != nil {
+			line("endpoint", p.Endpoint.String())
+		}
+		if p.PersistentKeepaliveInterval != nil {
+			line("persistent_keepalive_interval", strconv.Itoa(int(p.PersistentKeepaliveInterval.Seconds())))
+		}
+		if p.ReplaceAllowedIPs {
+			line("replace_allowed_ips", "true")
+		}
+		for _, a := range p.AllowedIPs {
+			line("allowed_ip", a.String())
+		}
+	}
+	return string(b)
+}
+
+func hexKey(k wgtypes.Key) string { return fmt.Sprintf("%x", k[:]) }

@@ -1,0 +1,147 @@
+package wireguard
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/ipc"
+	"golang.zx2c4.com/wireguard/tun"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// userspaceTunnel is an embedded wireguard-go device. Its TUN interface is
+// created in the host namespace and moved; its UDP socket is opened by the
+// agent's host-namespace threads; its UAPI socket lets `wg` and wgctrl
+// inspect it.
+type userspaceTunnel struct {
+	name    string
+	dev     *device.Device
+	uapi    net.Listener
+	once    sync.Once
+	destroy error
+}
+
+func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsName string) (t Tunnel, err error) {
+	td, err := openTUN(s.Interface)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			td.Close()
+		}
+	}()
+	link, err := netlink.LinkByName(s.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("find tun %q: %w", s.Interface, err)
+	}
+	if err := moveToNS(link, nsName); err != nil {
+		return nil, err
+	}
+	dev := device.NewDevice(fixedMTU{td, s.MTU}, conn.NewDefaultBind(), deviceLogger(log, s.Interface))
+	defer func() {
+		if err != nil {
+			dev.Close()
+		}
+	}()
+	if err := dev.IpcSet(uapiConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("configure wireguard %q: %w", s.Interface, err)
+	}
+	// Up opens the UDP socket. This goroutine's thread is in the host
+	// namespace (the agent never moves unlocked threads), so the
+	// encrypted traffic leaves from the host, not the confined side.
+	if err := dev.Up(); err != nil {
+		return nil, fmt.Errorf("bring up wireguard %q: %w", s.Interface, err)
+	}
+	uf, err := ipc.UAPIOpen(s.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("open UAPI socket for %q: %w", s.Interface, err)
+	}
+	ul, err := ipc.UAPIListen(s.Interface, uf)
+	if err != nil {
+		uf.Close()
+		return nil, fmt.Errorf("listen on UAPI socket for %q: %w", s.Interface, err)
+	}
+	go func() {
+		for {
+			c, err := ul.Accept()
+			if err != nil {
+				return
+			}
+			go dev.IpcHandle(c)
+		}
+	}()
+	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul}, nil
+}
+
+// openTUN creates a TUN device without wireguard-go's link monitors: they
+// watch the namespace the device was born in, which is wrong once the
+// link moves. We drive the device's up/down state ourselves. IFF_VNET_HDR
+// keeps TSO/GSO offloads on.
+func openTUN(name string) (tun.Device, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("create tun %q: %w", name, err)
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("create tun %q: %w", name, err)
+	}
+	td, _, err := tun.CreateUnmonitoredTUNFromFD(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("create tun %q: %w", name, err)
+	}
+	return td, nil
+}
+
+// fixedMTU reports the configured MTU: the TUN's own MTU query uses an
+// ioctl in the caller's namespace, where the moved link no longer exists.
+type fixedMTU struct {
+	tun.Device
+	mtu int
+}
+
+func (f fixedMTU) MTU() (int, error) { return f.mtu, nil }
+
+func deviceLogger(log *slog.Logger, iface string) *device.Logger {
+	l := log.With("iface", iface, "component", "wireguard-go")
+	return &device.Logger{
+		Verbosef: func(format string, args ...any) { l.Debug(fmt.Sprintf(format, args...)) },
+		Errorf:   func(format string, args ...any) { l.Warn(fmt.Sprintf(format, args...)) },
+	}
+}
+
+func (u *userspaceTunnel) Backend() config.Backend { return config.BackendUserspace }
+func (u *userspaceTunnel) Name() string            { return u.name }
+func (u *userspaceTunnel) Done() <-chan struct{}   { return u.dev.Wait() }
+
+func (u *userspaceTunnel) Destroy() error {
+	u.once.Do(func() {
+		u.uapi.Close()
+		u.dev.Close() // closes the TUN fd: the kernel removes the link
+		err := os.Remove(UAPISocket(u.name))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			u.destroy = err
+		}
+	})
+	return u.destroy
+}
+
+// UAPISocket is where wireguard-go's UAPI socket for iface lives.
+func UAPISocket(iface string) string { return "/var/run/wireguard/" + iface + ".sock" }
