@@ -1,0 +1,285 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+)
+
+// dnsPorts are the ports treated as DNS: DNS, DNS over TLS, mDNS and LLMNR.
+// Any of them can carry name lookups past the configured resolvers.
+func dnsPorts() []uint16 { return []uint16{53, 853, 5353, 5355} }
+
+// Named counters of the namespace table. They always exist, so status
+// output has a stable shape whatever the Spec.
+const (
+	CounterOutIPv6   = "out_ipv6"
+	CounterOutDNS    = "out_dns"
+	CounterOutReject = "out_reject"
+	CounterInIPv6    = "in_ipv6"
+	CounterInSpoof   = "in_spoof"
+	CounterInInvalid = "in_invalid"
+	CounterInDrop    = "in_drop"
+	CounterFwdDrop   = "fwd_drop"
+)
+
+// Compile returns the namespace kill-switch table for s. It is pure: it
+// reads only s (never modifies it) and returns the same Ruleset for the same
+// Spec. All sets and counters always exist; rules depend on the Spec.
+func Compile(s *config.Spec) *Ruleset {
+	tun := s.Interface
+	r := &Ruleset{
+		Family:  FamilyINet,
+		Name:    TableName,
+		Comment: fmt.Sprintf("kill switch of namespace %q: the only way out is the WireGuard interface %q", s.Name, tun),
+		Counters: []Counter{
+			{CounterOutIPv6, "IPv6 sent while IPv6 is blocked"},
+			{CounterOutDNS, "DNS not sent to an allowed resolver through the tunnel (leak attempts)"},
+			{CounterOutReject, "other traffic that would bypass the tunnel (rejected)"},
+			{CounterInIPv6, "IPv6 received while IPv6 is blocked"},
+			{CounterInSpoof, "packets for a tunnel address arriving on another interface (CVE-2019-14899)"},
+			{CounterInInvalid, "packets conntrack considers invalid"},
+			{CounterInDrop, "other inbound traffic"},
+			{CounterFwdDrop, "packets the namespace was asked to route (it never routes)"},
+		},
+		Sets: namespaceSets(s),
+	}
+	r.Chains = []Chain{outputChain(s), inputChain(s), {
+		Name: "forward", Type: ChainFilter, Hook: HookForward, Priority: PriorityFilter, Policy: PolicyDrop,
+		Comment: "the namespace is not a router",
+		Rules: []Rule{{
+			Exprs:   []Expr{CounterRef{CounterFwdDrop}, Drop},
+			Comment: "the namespace never forwards: count and drop",
+		}},
+	}}
+	return r
+}
+
+func namespaceSets(s *config.Spec) []Set {
+	var mappedTCP, mappedUDP []uint16
+	var accessible []netip.Prefix
+	if hl := s.HostLink; hl != nil {
+		accessible = normalizePrefixes(hl.AccessibleFrom, false)
+		for _, m := range hl.Mappings {
+			if Proto(m.Proto) == UDP {
+				mappedUDP = append(mappedUDP, m.NSPort)
+			} else {
+				mappedTCP = append(mappedTCP, m.NSPort)
+			}
+		}
+	}
+	return []Set{
+		{Name: "tunnel4", Type: SetIPv4Addr, Comment: "tunnel IPv4 addresses", Addrs: hosts(s.TunnelAddrs(false))},
+		{Name: "tunnel6", Type: SetIPv6Addr, Comment: "tunnel IPv6 addresses", Addrs: hosts(s.TunnelAddrs(true))},
+		{Name: "dns4", Type: SetIPv4Addr, Comment: "allowed IPv4 resolvers", Addrs: hosts(family(s.DNS, false))},
+		{Name: "dns6", Type: SetIPv6Addr, Comment: "allowed IPv6 resolvers", Addrs: hosts(family(s.DNS, true))},
+		{Name: "dns_ports", Type: SetInetService, Comment: "DNS, DNS over TLS, mDNS, LLMNR", Ports: dnsPorts()},
+		{Name: "open_tcp", Type: SetInetService, Comment: "TCP ports open to the tunnel", Ports: ports(s.OpenTCP)},
+		{Name: "open_udp", Type: SetInetService, Comment: "UDP ports open to the tunnel", Ports: ports(s.OpenUDP)},
+		{Name: "accessible4", Type: SetIPv4Addr, Interval: true, Comment: "sources allowed over the host link", Addrs: accessible},
+		{Name: "mapped_tcp", Type: SetInetService, Comment: "namespace TCP ports published over the host link", Ports: ports(mappedTCP)},
+		{Name: "mapped_udp", Type: SetInetService, Comment: "namespace UDP ports published over the host link", Ports: ports(mappedUDP)},
+	}
+}
+
+func outputChain(s *config.Spec) Chain {
+	tun := Iface{Out: true, Name: s.Interface}
+	rules := []Rule{{
+		Exprs:   []Expr{Iface{Out: true, Name: "lo"}, Accept},
+		Comment: "loopback stays inside the namespace",
+	}}
+	if !s.IPv6 {
+		rules = append(rules, Rule{
+			Exprs:   []Expr{NFProto{V6: true}, CounterRef{CounterOutIPv6}, Drop},
+			Comment: "IPv6 is blocked: no IPv6 packet may leave by any interface",
+		})
+	}
+	rules = append(rules, Rule{
+		Exprs:   []Expr{tun, TCPSyn{}, ClampMSS{}},
+		Comment: "clamp TCP MSS to the tunnel route MTU so full-size segments are not black-holed",
+	})
+	for _, p := range []Proto{UDP, TCP} {
+		set := "dns_ports"
+		if s.DNSMode == config.DNSTunnel {
+			rules = append(rules, Rule{
+				Exprs:   []Expr{tun, Port{Proto: p, Set: set}, Accept},
+				Comment: fmt.Sprintf("DNS mode tunnel: %s DNS to any resolver, only through the tunnel", p),
+			})
+			continue
+		}
+		rules = append(rules, Rule{
+			Exprs:   []Expr{tun, Addr{Set: "dns4"}, Port{Proto: p, Set: set}, Accept},
+			Comment: fmt.Sprintf("%s DNS only to the configured IPv4 resolvers, only through the tunnel", p),
+		})
+		if s.IPv6 {
+			rules = append(rules, Rule{
+				Exprs:   []Expr{tun, Addr{V6: true, Set: "dns6"}, Port{Proto: p, Set: set}, Accept},
+				Comment: fmt.Sprintf("%s DNS only to the configured IPv6 resolvers, only through the tunnel", p),
+			})
+		}
+	}
+	for _, p := range []Proto{UDP, TCP} {
+		rules = append(rules, Rule{
+			Exprs:   []Expr{Port{Proto: p, Set: "dns_ports"}, CounterRef{CounterOutDNS}, Drop},
+			Comment: fmt.Sprintf("any other %s DNS would leak lookups: count and drop", p),
+		})
+	}
+	if s.IPv6 {
+		rules = append(rules, Rule{
+			Exprs:   []Expr{tun, Accept},
+			Comment: "everything else leaves through the tunnel",
+		})
+	} else {
+		rules = append(rules, Rule{
+			Exprs:   []Expr{tun, NFProto{}, Accept},
+			Comment: "everything else leaves through the tunnel (IPv4 only: IPv6 is blocked)",
+		})
+	}
+	if hl := s.HostLink; hl != nil {
+		rules = append(rules, Rule{
+			Exprs:   []Expr{Iface{Out: true, Name: hl.NSIf}, CtStateMatch{CtEstablished | CtRelated}, Accept},
+			Comment: "host link: replies to inbound connections only, never new connections",
+		})
+	}
+	rules = append(rules,
+		Rule{
+			Exprs:   []Expr{L4Proto{TCP}, CounterRef{CounterOutReject}, Reject{TCPReset: true}},
+			Comment: "anything else would bypass the tunnel: count and reset so apps fail fast",
+		},
+		Rule{
+			Exprs:   []Expr{CounterRef{CounterOutReject}, Reject{}},
+			Comment: "anything else would bypass the tunnel: count and reject so apps fail fast",
+		})
+	return Chain{
+		Name: "output", Type: ChainFilter, Hook: HookOutput, Priority: PriorityFilter, Policy: PolicyDrop,
+		Comment: "what the namespace may send: the tunnel, DNS to allowed resolvers, replies on the host link",
+		Rules:   rules,
+	}
+}
+
+func inputChain(s *config.Spec) Chain {
+	tunName := s.Interface
+	rules := []Rule{{
+		Exprs:   []Expr{Iface{Name: "lo"}, Accept},
+		Comment: "loopback stays inside the namespace",
+	}}
+	if !s.IPv6 {
+		rules = append(rules, Rule{
+			Exprs:   []Expr{NFProto{V6: true}, CounterRef{CounterInIPv6}, Drop},
+			Comment: "IPv6 is blocked: no IPv6 packet may arrive by any interface",
+		})
+	}
+	rules = append(rules, Rule{
+		Exprs:   []Expr{Iface{Not: true, Name: tunName}, Addr{Set: "tunnel4"}, CounterRef{CounterInSpoof}, Drop},
+		Comment: "CVE-2019-14899: a tunnel address reached from another interface is spoofed; drop before conntrack",
+	})
+	if s.IPv6 {
+		rules = append(rules, Rule{
+			Exprs:   []Expr{Iface{Not: true, Name: tunName}, Addr{V6: true, Set: "tunnel6"}, CounterRef{CounterInSpoof}, Drop},
+			Comment: "CVE-2019-14899 (IPv6): a tunnel address reached from another interface is spoofed",
+		})
+	}
+	rules = append(rules,
+		Rule{
+			Exprs:   []Expr{CtStateMatch{CtInvalid}, CounterRef{CounterInInvalid}, Drop},
+			Comment: "conntrack cannot place it: count and drop",
+		},
+		Rule{
+			Exprs:   []Expr{CtStateMatch{CtEstablished | CtRelated}, Accept},
+			Comment: "replies to connections the namespace made or accepted",
+		})
+	for _, p := range []Proto{TCP, UDP} {
+		rules = append(rules, Rule{
+			Exprs:   []Expr{Iface{Name: tunName}, CtStateMatch{CtNew}, Port{Proto: p, Set: "open_" + string(p)}, Accept},
+			Comment: fmt.Sprintf("new connections from the tunnel to the open %s ports", p),
+		})
+	}
+	if hl := s.HostLink; hl != nil {
+		ns := hl.NSAddr.Addr()
+		for _, p := range []Proto{TCP, UDP} {
+			set := "mapped_" + string(p)
+			rules = append(rules,
+				Rule{
+					Exprs: []Expr{Iface{Name: hl.NSIf}, Addr{Src: true, Set: "accessible4"}, Addr{IP: ns},
+						CtStateMatch{CtNew}, Port{Proto: p, Set: set}, Accept},
+					Comment: fmt.Sprintf("host link: accessibleFrom sources to the published %s ports", p),
+				},
+				Rule{
+					Exprs: []Expr{Iface{Name: hl.NSIf}, Addr{Src: true, IP: hl.HostAddr.Addr()}, Addr{IP: ns},
+						CtStateMatch{CtNew}, Port{Proto: p, Set: set}, Accept},
+					Comment: fmt.Sprintf("host link: the host itself to the published %s ports", p),
+				})
+		}
+	}
+	rules = append(rules, Rule{
+		Exprs:   []Expr{CounterRef{CounterInDrop}, Drop},
+		Comment: "nothing else may reach the namespace: count and drop",
+	})
+	return Chain{
+		Name: "input", Type: ChainFilter, Hook: HookInput, Priority: PriorityFilter, Policy: PolicyDrop,
+		Comment: "what may reach the namespace: replies, open ports via the tunnel, published ports via the host link",
+		Rules:   rules,
+	}
+}
+
+// hosts turns addresses into sorted, de-duplicated full-length prefixes.
+func hosts(as []netip.Addr) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(as))
+	for _, a := range as {
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return normalizePrefixes(out, true)
+}
+
+func family(as []netip.Addr, v6 bool) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range as {
+		if a.Unmap().Is6() == v6 {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// normalizePrefixes masks, sorts and de-duplicates prefixes. Unless exact,
+// it also drops prefixes contained in another one: an interval set rejects
+// overlapping elements.
+func normalizePrefixes(ps []netip.Prefix, exact bool) []netip.Prefix {
+	in := make([]netip.Prefix, 0, len(ps))
+	for _, p := range ps {
+		if p.IsValid() {
+			in = append(in, p.Masked())
+		}
+	}
+	slices.SortFunc(in, comparePrefix)
+	in = slices.Compact(in)
+	if exact {
+		return in
+	}
+	out := in[:0:0]
+	for _, p := range in {
+		// Sorted by address then by length, so a containing prefix
+		// comes first.
+		if n := len(out); n > 0 && out[n-1].Bits() <= p.Bits() && out[n-1].Contains(p.Addr()) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+func ports(ps []uint16) []uint16 {
+	out := slices.Clone(ps)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

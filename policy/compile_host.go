@@ -1,0 +1,113 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+)
+
+// Named counters of the host table.
+const (
+	CounterHostFwdFromNS = "fwd_from_ns"
+	CounterHostFwdToNS   = "fwd_to_ns"
+	CounterHostInFromNS  = "in_from_ns"
+)
+
+// CompileHost returns the host-side table for s's host link, or nil when
+// there is no host link. The table lives in the agent's own namespace and
+// only ever matches traffic on the host end of the veth (or the published
+// ports), so it never changes how anything else on the host is filtered:
+// its filter chains accept by default and other tables still apply.
+func CompileHost(s *config.Spec) *Ruleset {
+	hl := s.HostLink
+	if hl == nil {
+		return nil
+	}
+	host := Iface{Name: hl.HostIf}
+	toNS := Iface{Out: true, Name: hl.HostIf}
+	maps := slices.Clone(hl.Mappings)
+	slices.SortFunc(maps, func(a, b config.Mapping) int {
+		return cmp.Or(cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.HostPort, b.HostPort), cmp.Compare(a.NSPort, b.NSPort))
+	})
+	maps = slices.Compact(maps)
+
+	var pre, out []Rule
+	for _, m := range maps {
+		p := Proto(m.Proto)
+		if p != UDP {
+			p = TCP
+		}
+		to := DNAT{Addr: hl.NSAddr.Addr(), Port: m.NSPort}
+		pre = append(pre, Rule{
+			Exprs: []Expr{Iface{Not: true, Name: hl.HostIf}, Addr{Src: true, Set: "accessible4"}, FibDaddrLocal{},
+				Port{Proto: p, Port: m.HostPort}, to},
+			Comment: fmt.Sprintf("publish host %s/%d as namespace %s/%d to accessibleFrom", p, m.HostPort, p, m.NSPort),
+		})
+		out = append(out, Rule{
+			Exprs:   []Expr{Addr{IP: hl.HostAddr.Addr()}, Port{Proto: p, Port: m.HostPort}, to},
+			Comment: fmt.Sprintf("the host itself reaches %s/%d at its host-link address", p, m.HostPort),
+		})
+	}
+	return &Ruleset{
+		Family:  FamilyINet,
+		Name:    HostTableName(s.Name),
+		Comment: fmt.Sprintf("host side of namespace %q's host link %q: published ports in, replies out, nothing else", s.Name, hl.HostIf),
+		Counters: []Counter{
+			{CounterHostFwdFromNS, "packets from the namespace the host was asked to route (never a way out)"},
+			{CounterHostFwdToNS, "routed packets to the namespace that were not published"},
+			{CounterHostInFromNS, "packets from the namespace to host sockets that are not replies"},
+		},
+		Sets: []Set{{
+			Name: "accessible4", Type: SetIPv4Addr, Interval: true, Comment: "sources allowed to reach the published ports",
+			Addrs: normalizePrefixes(hl.AccessibleFrom, false),
+		}},
+		Chains: []Chain{
+			{
+				Name: "prerouting", Type: ChainNAT, Hook: HookPrerouting, Priority: PriorityDstNAT, Policy: PolicyAccept,
+				Comment: "published ports: DNAT to the namespace", Rules: pre,
+			},
+			{
+				Name: "output", Type: ChainNAT, Hook: HookOutput, Priority: PriorityDstNAT, Policy: PolicyAccept,
+				Comment: "published ports for the host's own connections", Rules: out,
+			},
+			{
+				Name: "forward", Type: ChainFilter, Hook: HookForward, Priority: PriorityFilter, Policy: PolicyAccept,
+				Comment: "the host link is never a route out of the namespace",
+				Rules: []Rule{
+					{
+						Exprs:   []Expr{host, CtStateMatch{CtEstablished | CtRelated}, Accept},
+						Comment: "replies from the namespace's published services",
+					},
+					{
+						Exprs:   []Expr{host, CounterRef{CounterHostFwdFromNS}, Drop},
+						Comment: "the namespace may not route out through the host: count and drop",
+					},
+					{
+						Exprs:   []Expr{toNS, CtStatusDNAT{}, Accept},
+						Comment: "only published (DNATed) connections are routed into the namespace",
+					},
+					{
+						Exprs:   []Expr{toNS, CounterRef{CounterHostFwdToNS}, Drop},
+						Comment: "nothing else is routed into the namespace: count and drop",
+					},
+				},
+			},
+			{
+				Name: "input", Type: ChainFilter, Hook: HookInput, Priority: PriorityFilter, Policy: PolicyAccept,
+				Comment: "the namespace may not open connections to host sockets",
+				Rules: []Rule{
+					{
+						Exprs:   []Expr{host, CtStateMatch{CtEstablished | CtRelated}, Accept},
+						Comment: "replies to the host's own connections into the namespace",
+					},
+					{
+						Exprs:   []Expr{host, CounterRef{CounterHostInFromNS}, Drop},
+						Comment: "nothing else from the namespace reaches host sockets: count and drop",
+					},
+				},
+			},
+		},
+	}
+}
