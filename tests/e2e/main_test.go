@@ -1,0 +1,172 @@
+// Package e2e holds the end-to-end tests: real namespaces, a userspace
+// WireGuard provider, nftables, captures. They need root and iproute2,
+// nftables and /dev/net/tun, and skip (all of them, with the reason)
+// otherwise.
+//
+//	sudo go test ./tests/e2e/ [-run Agent] [-agent /path/to/vpn-agent] [-v]
+//
+// TestMain builds tests/cmd/provider and agent/cmd/vpn-agent (unless
+// -agent or $VPN_E2E_AGENT names a binary). Agent tests fail, not skip,
+// if the agent does not build.
+package e2e
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+)
+
+var agentFlag = flag.String("agent", os.Getenv("VPN_E2E_AGENT"), "use this vpn-agent binary instead of building agent/cmd/vpn-agent")
+
+var env struct {
+	skip        string // why every test skips; "" to run
+	providerBin string
+	providerErr error
+	agentBin    string
+	agentErr    error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if env.skip = checkEnv(); env.skip != "" {
+		fmt.Fprintln(os.Stderr, "e2e: skipping all tests:", env.skip)
+		return m.Run()
+	}
+	if removed, err := topo.Sweep(); len(removed) > 0 || err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: swept leftovers of earlier runs: %v (errors: %v)\n", removed, err)
+	}
+	dir, err := os.MkdirTemp("", "vpn-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	buildAll(dir)
+	code := m.Run()
+	// Every topology cleans up after itself; whatever a sweep still finds
+	// was leaked by this run (or a crashed one).
+	if removed, err := topo.Sweep(); len(removed) > 0 || err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: FAIL: resources left behind after the run (now removed): %v (errors: %v)\n", removed, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func checkEnv() string {
+	if os.Geteuid() != 0 {
+		return "needs root (network namespaces, nftables, TUN)"
+	}
+	var missing []string
+	for _, tool := range []string{"ip", "nft", "sysctl", "getent"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		missing = append(missing, "/dev/net/tun")
+	}
+	if len(missing) > 0 {
+		return "missing " + strings.Join(missing, ", ")
+	}
+	return ""
+}
+
+// buildAll builds the provider and the agent concurrently into dir.
+func buildAll(dir string) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		env.providerBin, env.providerErr = goBuild(dir, "provider", "./tests/cmd/provider")
+	}()
+	if *agentFlag != "" {
+		env.agentBin = *agentFlag
+		if _, err := os.Stat(env.agentBin); err != nil {
+			env.agentErr = fmt.Errorf("-agent: %w", err)
+		}
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			env.agentBin, env.agentErr = goBuild(dir, "vpn-agent", "./agent/cmd/vpn-agent")
+		}()
+	}
+	wg.Wait()
+}
+
+func goBuild(dir, name, pkg string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	gobin := "go"
+	if _, err := exec.LookPath(gobin); err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out := filepath.Join(dir, name)
+	cmd := exec.Command(gobin, "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return out, nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// requireEnv skips when the machine cannot run the suite, and fails when
+// the provider did not build.
+func requireEnv(t *testing.T) {
+	t.Helper()
+	if env.skip != "" {
+		t.Skip(env.skip)
+	}
+	if env.providerErr != nil {
+		t.Fatalf("provider helper: %v", env.providerErr)
+	}
+}
+
+// requireAgent is requireEnv plus a usable vpn-agent (failing otherwise).
+func requireAgent(t *testing.T) {
+	t.Helper()
+	requireEnv(t)
+	if env.agentErr != nil {
+		t.Fatalf("vpn-agent is not usable: %v", env.agentErr)
+	}
+}
+
+// newTopo builds a topology with the provider running.
+func newTopo(t *testing.T) *topo.Topo {
+	t.Helper()
+	return topo.New(t, topo.Options{ProviderBin: env.providerBin})
+}
