@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what a clean Debian 12 machine lacks for vpn-agent's tests and
+# demo. Idempotent; quiet when everything is there.
+set -euo pipefail
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have nft      || need+=(nftables)
+have ip       || need+=(iproute2)
+have iperf3   || need+=(iperf3)
+have tcpdump  || need+=(tcpdump)
+have wg       || need+=(wireguard-tools)
+have ping     || need+=(iputils-ping)
+have getent   || need+=(libc-bin)
+have nsenter  || need+=(util-linux)
+have nix-instantiate || need+=(nix-bin)
+if [ "${VPNC_WITH_VM:-1}" = 1 ]; then
+  have qemu-system-x86_64 || need+=(qemu-system-x86)
+  have debootstrap || need+=(debootstrap)
+  have cpio || need+=(cpio)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! have go; then
+  if [ -x /usr/local/go/bin/go ]; then export PATH=/usr/local/go/bin:$PATH; else echo "deps: Go 1.24+ is required" >&2; exit 1; fi
+fi

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The project's test command (README; .ci/run calls exactly this).
+# As root on Debian 12: installs missing packages, then runs static checks,
+# unit tests, the end-to-end namespace suite (real WireGuard peers, real
+# nftables, packet captures), short fuzz runs, the Nix checks and the
+# Debian-under-qemu VM tier (kernel WireGuard + systemd).
+#   VPNC_WITH_VM=0   skip the VM tier
+#   VPNC_FUZZTIME=Ns fuzz time per parser (default 15s)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then
+  echo "scripts/test.sh: run as root (network namespaces, nftables, qemu)" >&2
+  exit 1
+fi
+export PATH=/usr/local/go/bin:$PATH
+scripts/deps.sh
+start=$(date +%s)
+step() { printf '\n== %s (t+%ss)\n' "$1" "$(( $(date +%s) - start ))"; }
+
+step "format and vet"
+bad=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$bad" ]; then echo "gofmt needed: $bad" >&2; exit 1; fi
+go vet ./...
+
+step "unit and end-to-end tests"
+go test -count=1 -timeout 20m ./...
+
+step "fuzz the parsers"
+ft=${VPNC_FUZZTIME:-15s}
+go test ./agent/wgquick -run '^$' -fuzz '^FuzzParse$' -fuzztime "$ft"
+go test ./agent/config -run '^$' -fuzz '^FuzzConfig$' -fuzztime "$ft"
+
+step "nix: parse every .nix file, check vendorHash"
+.ci/nix-check.sh
+
+if [ "${VPNC_WITH_VM:-1}" = 1 ] && [ -x tests/vm/ci.sh ]; then
+  step "vm tier: Debian under qemu (kernel WireGuard, systemd)"
+  tests/vm/ci.sh
+fi
+step "all checks passed"
