@@ -119,22 +119,83 @@ EOF
 	fail=1
 fi
 
-# --- 3. module evaluation (optional) ----------------------------------------------------
-if [ -n "${NIXPKGS_LIB:-}" ]; then
-	step "evaluating nix/module.nix with the harness (NIXPKGS_LIB=$NIXPKGS_LIB)"
-	if ! res=$(nix-instantiate --eval --strict --json nix/eval --arg libPath "$NIXPKGS_LIB" -A failures 2>&1); then
-		echo "nix-check: the module does not evaluate:" >&2
+# --- 3. evaluation harnesses (optional) ----------------------------------------------
+# nix/eval/default.nix       module: example units/JSON + every assertion case
+# nix/eval/tests.nix         VM test nodes against a permissive NixOS stub
+# nix/eval/flake-outputs.nix flake outputs against a stub nixpkgs
+harness() { # name, file, attribute
+	local res
+	if ! res=$(NIXPKGS_LIB="$NIXPKGS_LIB" nix-instantiate --eval --strict --json "$2" --arg libPath "$NIXPKGS_LIB" ${3:+-A "$3"} 2>&1); then
+		echo "nix-check: $1 does not evaluate:" >&2
 		echo "$res" >&2
 		fail=1
-	elif [ "$res" != "[]" ]; then
-		echo "nix-check: module evaluation checks failed:" >&2
-		printf '%s\n' "$res" | sed 's/","/"\n"/g' >&2
-		fail=1
+		return 1
+	fi
+	printf '%s' "$res"
+}
+if [ -n "${NIXPKGS_LIB:-}" ]; then
+	step "evaluating the module harness (NIXPKGS_LIB=$NIXPKGS_LIB)"
+	if res=$(harness nix/eval nix/eval failures); then
+		if [ "$res" != "[]" ]; then
+			echo "nix-check: module checks failed:" >&2
+			printf '%s\n' "$res" | sed 's/","/"\n"/g' >&2
+			fail=1
+		else
+			echo "    module evaluates; the example is as expected; all assertion cases fire"
+		fi
+	fi
+
+	step "evaluating the VM test nodes against a NixOS stub"
+	if res=$(harness nix/eval/tests.nix nix/eval/tests.nix failures); then
+		if [ "$res" != "[]" ]; then
+			echo "nix-check: VM test nodes trip module assertions/warnings:" >&2
+			printf '%s\n' "$res" | sed 's/","/"\n"/g' >&2
+			fail=1
+		else
+			echo "    every node evaluates; no assertion or warning"
+		fi
+	fi
+	py=""
+	for cand in python3 /usr/bin/python3; do
+		if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import pyflakes' 2>/dev/null; then
+			py=$cand
+			break
+		fi
+	done
+	if [ -n "$py" ]; then
+		step "linting the test scripts with pyflakes (as the NixOS test driver does)"
+		if scripts=$(harness nix/eval/tests.nix nix/eval/tests.nix scripts); then
+			printf '%s' "$scripts" >"$tmp/scripts.json"
+			"$py" - "$tmp/scripts.json" "$tmp" <<'PY' || fail=1
+import json, os, subprocess, sys
+scripts, tmp = json.load(open(sys.argv[1])), sys.argv[2]
+driver = ["start_all", "subtest", "retry", "machines", "log", "join_all", "polling_condition",
+          "serial_stdout_on", "serial_stdout_off", "driver", "vlans", "Machine", "t"]
+bad = 0
+for name, t in sorted(scripts.items()):
+    path = os.path.join(tmp, name + ".py")
+    with open(path, "w") as f:
+        f.write(t["script"])
+    env = dict(os.environ, PYFLAKES_BUILTINS=",".join(t["nodes"] + driver))
+    r = subprocess.run([sys.executable, "-m", "pyflakes", path], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        bad = 1
+        sys.stderr.write("nix-check: testScript of %s:\n%s%s" % (name, r.stdout, r.stderr))
+if not bad:
+    print("    %d test scripts lint clean" % len(scripts))
+sys.exit(bad)
+PY
+		fi
 	else
-		echo "    module evaluates; all assertion cases fire"
+		step "skipping pyflakes (no python3 with pyflakes; apt-get install python3-pyflakes)"
+	fi
+
+	step "evaluating flake outputs against a stub nixpkgs"
+	if res=$(harness nix/eval/flake-outputs.nix nix/eval/flake-outputs.nix); then
+		echo "    $(printf '%s' "$res" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("packages:", ", ".join(d["packages"]["x86_64-linux"]), "| checks:", ", ".join(d["checks"]["x86_64-linux"]))' 2>/dev/null || echo ok)"
 	fi
 else
-	step "skipping module evaluation (set NIXPKGS_LIB to a nixpkgs lib checkout to run it)"
+	step "skipping evaluation harnesses (set NIXPKGS_LIB to a nixpkgs lib checkout to run them)"
 fi
 
 if [ "$fail" -ne 0 ]; then

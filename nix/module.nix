@@ -62,11 +62,12 @@ let
 
   # Paths whose daemons answer name lookups outside the tunnel. A confined
   # service must not reach them (nscd is on by default on NixOS).
+  # Same order as the drop-in `vpn-agent unit` prints (agent/cli/unit.go).
   resolverIpcPaths = [
     "-/run/nscd"
+    "-/var/run/nscd"
     "-/run/systemd/resolve"
     "-/run/dbus/system_bus_socket"
-    "-/var/run/nscd"
   ];
 
   storePrefix = "${builtins.storeDir}/";
@@ -320,10 +321,13 @@ let
             description = "Tunnel addresses (CIDR). Override the wg-quick file's `Address =`.";
           };
           mtu = mkOption {
-            type = types.nullOr (types.ints.between 1280 9000);
+            type = types.nullOr (types.ints.between 576 9000);
             default = null;
             example = 1280;
-            description = "Tunnel MTU (`null`: the file's, else 1420). Lower it on small uplinks.";
+            description = ''
+              Tunnel MTU (`null`: the file's, else 1420). Lower it on small
+              uplinks (uplink MTU minus 80). Below 1280 only with IPv6 blocked.
+            '';
           };
           listenPort = mkOption {
             type = types.nullOr types.port;
@@ -535,6 +539,10 @@ let
       {
         assertion = ns.hostLink.enable || (ns.hostLink.portMappings == [ ] && ns.hostLink.accessibleFrom == [ ]);
         message = "${opt name}.hostLink: portMappings/accessibleFrom are set but hostLink.enable is false; enable the host link or remove them.";
+      }
+      {
+        assertion = ns.wireguard.mtu == null || ns.wireguard.mtu >= 1280 || ns.ipv6 == "block";
+        message = "${opt name}.wireguard.mtu = ${toString ns.wireguard.mtu} is below the IPv6 minimum (1280); set ipv6 = \"block\" or raise the MTU.";
       }
       {
         assertion = iface != nsVeth name;
@@ -813,6 +821,10 @@ in
           RestartSec = "5s";
           TimeoutStartSec = "90s";
           TimeoutStopSec = "30s";
+          # The agent sends WATCHDOG=1 only while the namespace, tunnel and
+          # kill switch are healthy; if its own repairs fail for this long,
+          # systemd restarts it (a stale handshake is not "unhealthy").
+          WatchdogSec = "30s";
 
           # NO PRIVATE MOUNT NAMESPACE. The agent bind-mounts /run/netns/<name>
           # and writes /etc/netns/<name>/{resolv,nsswitch}.conf, and other

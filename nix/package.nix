@@ -30,7 +30,7 @@ buildGoModule {
     ];
   };
 
-  vendorHash = "sha256-kVLS3st+trmnQaaFDl4gjJc7tClRoDJxNNiUwXVC0t4=";
+  vendorHash = "sha256-70Gr/x1nNWJoH+6aWNiMj6KoJis4nVVY40Zmh4JL9ek=";
 
   subPackages = [ "agent/cmd/vpn-agent" ];
 

@@ -398,6 +398,15 @@ let
       };
       expect = "would run UNCONFINED";
     };
+    small-mtu-with-ipv6 = {
+      config = withBase {
+        services.vpnConfinement.namespaces.vpn = {
+          wireguard.mtu = 1200;
+          ipv6 = "tunnel";
+        };
+      };
+      expect = "is below the IPv6 minimum (1280); set ipv6 = \"block\"";
+    };
     hostlink-missing-addresses = {
       config = withBase { services.vpnConfinement.namespaces.vpn.hostLink.enable = true; };
       expect = "set hostAddress and namespaceAddress";
@@ -450,9 +459,9 @@ let
       ])
       (expectEq "transmission InaccessiblePaths" t.InaccessiblePaths [
         "-/run/nscd"
+        "-/var/run/nscd"
         "-/run/systemd/resolve"
         "-/run/dbus/system_bus_socket"
-        "-/var/run/nscd"
       ])
       (expectEq "agent before" u.vpn-agent-proton.before [ "transmission.service" ])
       (expectEq "agent Type" a.Type "notify")

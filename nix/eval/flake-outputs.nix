@@ -1,0 +1,52 @@
+# Evaluates flake.nix's outputs against a stub nixpkgs (nix/eval/stub-nixpkgs)
+# to check their shape: attribute names per system, that the package
+# expression (including its lib.fileset source) evaluates, and that the
+# VM tests and benchmarks are wired in. Needs NIXPKGS_LIB in the environment.
+#
+#   NIXPKGS_LIB=/tmp/nixlib nix-instantiate --eval --strict --json nix/eval/flake-outputs.nix
+let
+  libPath = builtins.getEnv "NIXPKGS_LIB";
+  libDir = if builtins.pathExists (libPath + "/lib/modules.nix") then libPath + "/lib" else libPath;
+  lib = import libDir;
+  flake = import ../../flake.nix;
+  nixpkgs = {
+    inherit lib;
+    outPath = ./stub-nixpkgs;
+  };
+  self = flake.outputs { inherit self nixpkgs; } // { outPath = ../..; };
+  pkg = self.packages.x86_64-linux.vpn-agent.goModuleArgs;
+in
+{
+  inputs = lib.attrNames flake.inputs;
+  packages = lib.mapAttrs (_: lib.attrNames) self.packages;
+  checks = lib.mapAttrs (_: lib.attrNames) self.checks;
+  devShells = lib.mapAttrs (_: lib.attrNames) self.devShells;
+  devShellPackages = map (p: p.name) self.devShells.x86_64-linux.default.shellArgs.packages;
+  nixosModules = lib.attrNames self.nixosModules;
+  overlays = lib.attrNames self.overlays;
+  package = {
+    inherit (pkg) pname version vendorHash subPackages ldflags;
+    # The files buildGoModule would see (relative to the repo root).
+    # lib.fileset needs builtins.readFileType (Nix >= 2.14).
+    sourceFiles = if !(builtins ? readFileType) then "skipped: lib.fileset needs Nix >= 2.14" else lib.sort (a: b: a < b) (
+      map (f: lib.removePrefix (toString ../.. + "/") (toString f)) (
+        lib.fileset.toList (lib.fileset.unions [
+          ../../go.mod
+          ../../go.sum
+          (lib.fileset.fileFilter (file: file.hasExt "go") ../..)
+          (lib.fileset.maybeMissing ../../agent)
+          (lib.fileset.maybeMissing ../../policy)
+        ])
+      )
+    );
+    srcIsStorePath =
+      if !(builtins ? readFileType) then
+        "skipped: lib.fileset needs Nix >= 2.14"
+      else
+        lib.hasPrefix builtins.storeDir (toString pkg.src);
+  };
+  vmTests = lib.mapAttrs (_: t: t.testArgs.name) (removeAttrs self.checks.x86_64-linux [ "package" ]) // {
+    benchmark = self.packages.x86_64-linux.vpn-benchmark.testArgs.name;
+    benchmark-sustained = self.packages.x86_64-linux.vpn-benchmark-sustained.testArgs.name;
+  };
+}

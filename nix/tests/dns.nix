@@ -1,0 +1,54 @@
+# With nscd running (the NixOS default), a confined `getent` resolves
+# through the tunnel's resolver; no DNS leaves on the host's uplink.
+{ pkgs, common }:
+let
+  inherit (common) net;
+in
+pkgs.testers.runNixOSTest {
+  name = "vpn-confinement-dns";
+
+  nodes.provider = common.provider { };
+  nodes.host =
+    { ... }:
+    {
+      imports = [ (common.host { }) ];
+      services.nscd.enable = true; # the default, made explicit
+    };
+
+  testScript = ''
+    ${common.pyHelpers}
+
+    start_all()
+    wait_provider(provider)
+    host.wait_for_unit("vpn-agent-vpn.service")
+
+    with subtest("nscd runs on the host and answers from the uplink resolver"):
+        host.wait_for_unit("nscd.service")
+        host.succeed("test -S /run/nscd/socket")
+        out = host.succeed("getent ahostsv4 target.vpn.test")
+        assert "${net.leakAnswer}" in out, f"host lookup: {out!r}"
+
+    with subtest("a confined lookup goes through the tunnel's resolver, not nscd"):
+        start_capture(host, "eth1", "dns")
+        out = wait_probe(host, "dns")
+        stop_capture(host, "dns")
+        assert "${net.target}" in out, f"confined lookup: {out!r}"
+        assert "${net.leakAnswer}" not in out, f"confined lookup used the host's resolver: {out!r}"
+        leaks = captured(host, "dns", "port 53")
+        assert leaks == "", f"DNS on the uplink during a confined lookup:\n{leaks}"
+        provider.succeed(
+            "journalctl -u dns-tunnel.service -o cat | grep -q 'query\\[A\\] target.vpn.test from ${net.tunHost}'"
+        )
+        provider.fail("journalctl -u dns-uplink.service -o cat | grep -q 'from ${net.tunHost}'")
+
+    with subtest("strict mode: no other resolver is reachable, even through the tunnel"):
+        host.fail("systemctl start probe@dns-direct.service")
+        provider.fail("journalctl -u dns-uplink.service -o cat | grep -q 'from ${net.tunHost}'")
+
+    with subtest("control: the capture does see DNS when the host itself resolves"):
+        start_capture(host, "eth1", "control")
+        host.succeed("getent ahostsv4 control.vpn.test")
+        stop_capture(host, "control")
+        assert captured(host, "control", "port 53") != "", "the capture missed the host's own DNS"
+  '';
+}

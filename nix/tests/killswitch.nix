@@ -1,0 +1,66 @@
+# With the tunnel broken the confined service reaches nothing and nothing
+# of it appears on the uplink; a crashed agent leaves the kill switch in
+# place; stopping the agent stops the confined services (BindsTo=).
+{ pkgs, common }:
+let
+  inherit (common) net;
+in
+pkgs.testers.runNixOSTest {
+  name = "vpn-confinement-killswitch";
+
+  nodes.provider = common.provider { };
+  nodes.host = common.host { };
+
+  testScript = ''
+    ${common.pyHelpers}
+
+    start_all()
+    wait_provider(provider)
+    host.wait_for_unit("vpn-agent-vpn.service")
+    host.wait_for_unit("confined-sleep.service")
+    assert "client=${net.tunHost}" in wait_probe(host, "http")
+
+    with subtest("the provider drops all WireGuard packets: the confined service reaches nothing"):
+        provider.succeed(
+            "nft add table inet outage",
+            "nft 'add chain inet outage input { type filter hook input priority -300; policy accept; }'",
+            "nft add rule inet outage input udp dport ${toString net.wgPort} drop",
+        )
+        start_capture(host, "eth1", "outage")
+        host.fail("systemctl start probe@http.service")
+        host.fail("systemctl start probe@uplink.service")
+        host.fail("systemctl start probe@dns.service")
+        host.fail("systemctl start probe@dns-direct.service")
+        stop_capture(host, "outage")
+        leaks = captured(host, "outage", LEAK_BPF)
+        assert leaks == "", f"the confined service leaked onto the uplink:\n{leaks}"
+        assert captured(host, "outage", WG_BPF) != "", "the capture saw no WireGuard packets at all"
+        # The uplink resolver never heard from the namespace.
+        provider.fail("journalctl -u dns-uplink.service -o cat | grep -q 'from ${net.tunHost}'")
+
+    with subtest("the tunnel recovers"):
+        provider.succeed("nft delete table inet outage")
+        assert "client=${net.tunHost}" in wait_probe(host, "http")
+
+    with subtest("a crashed agent leaves the kill switch and namespace in place"):
+        host.succeed("systemctl kill --signal=SIGKILL vpn-agent-vpn.service")
+        host.succeed("test -e /run/netns/vpn")
+        host.succeed("ip netns exec vpn nft list table inet vpn-confinement >/dev/null")
+        # Restart=on-failure brings it back (and it adopts the namespace).
+        host.wait_until_succeeds("systemctl is-active vpn-agent-vpn.service")
+        assert "client=${net.tunHost}" in wait_probe(host, "http")
+
+    with subtest("stopping the agent stops the confined services"):
+        host.succeed("systemctl start confined-sleep.service")
+        host.succeed("systemctl is-active confined-sleep.service")
+        host.succeed("systemctl stop vpn-agent-vpn.service")
+        host.fail("systemctl is-active confined-sleep.service")
+        host.succeed("test ! -e /run/netns/vpn")
+        host.fail("ip link show vc-vpn")
+
+    with subtest("starting a confined service brings its namespace back"):
+        host.succeed("systemctl start confined-sleep.service")
+        host.succeed("systemctl is-active vpn-agent-vpn.service")
+        assert "client=${net.tunHost}" in wait_probe(host, "http")
+  '';
+}
