@@ -120,6 +120,14 @@ func createHostLink(s *config.Spec) (func() error, error) {
 	if err != nil {
 		return fail(err)
 	}
+	// The host link is IPv4 only: without IPv6 on either end there is no
+	// link-local address and no neighbour discovery chatter to drop.
+	if err := disableIPv6(hl.HostIf); err != nil {
+		return fail(err)
+	}
+	if err := netns.Do(s.Name, func() error { return disableIPv6(hl.NSIf) }); err != nil {
+		return fail(err)
+	}
 	if err := netlink.AddrReplace(host, &netlink.Addr{IPNet: ipnet(hl.HostAddr)}); err != nil {
 		return fail(fmt.Errorf("address %s on %q: %w", hl.HostAddr, hl.HostIf, err))
 	}
@@ -170,6 +178,16 @@ func deleteHostLink(hostIf string) error {
 		return nil
 	}
 	return netlink.LinkDel(l)
+}
+
+// disableIPv6 turns IPv6 off on an interface of the calling thread's
+// namespace.
+func disableIPv6(iface string) error {
+	p := "/proc/sys/net/ipv6/conf/" + iface + "/disable_ipv6"
+	if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("disable IPv6 on %s: %w", iface, err)
+	}
+	return nil
 }
 
 func ipnet(p netip.Prefix) *net.IPNet {

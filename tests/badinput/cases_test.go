@@ -1,0 +1,228 @@
+package badinput
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// wgQuick returns a valid provider file.
+func wgQuick(k keys) string {
+	return "[Interface]\nPrivateKey = " + k.priv + "\nAddress = 10.2.0.2/32\nDNS = 10.2.0.1\n\n" +
+		"[Peer]\nPublicKey = " + k.pub + "\nEndpoint = 192.0.2.1:51820\nAllowedIPs = 0.0.0.0/0\n"
+}
+
+type fileCase struct {
+	name, field string
+	mode        os.FileMode
+	edit        func(k keys, s string) string
+}
+
+func rep(old, new string) func(keys, string) string {
+	return func(_ keys, s string) string { return strings.Replace(s, old, new, 1) }
+}
+
+var wgQuickCases = []fileCase{
+	{"truncated private key", "PrivateKey", 0o600, func(k keys, s string) string { return strings.Replace(s, k.priv, k.priv[:30], 1) }},
+	{"truncated public key", "PublicKey", 0o600, func(k keys, s string) string { return strings.Replace(s, k.pub, k.pub[:43], 1) }},
+	{"crlf with truncated key", "PrivateKey", 0o600, func(k keys, s string) string {
+		return strings.ReplaceAll(strings.Replace(s, k.priv, k.priv[:20], 1), "\n", "\r\n")
+	}},
+	{"bom with unknown key", "Colour", 0o600, func(_ keys, s string) string {
+		return "\xef\xbb\xbf" + strings.Replace(s, "DNS", "Colour = blue\nDNS", 1)
+	}},
+	{"duplicate interface section", "duplicate [Interface]", 0o600, func(_ keys, s string) string { return s + "[Interface]\nAddress = 10.3.0.2/32\n" }},
+	{"duplicate peer section", "repeats the public key", 0o600, func(_ keys, s string) string { return s + s[strings.Index(s, "[Peer]"):] }},
+	{"unknown interface key", "Foo", 0o600, rep("DNS", "Foo = 1\nDNS")},
+	{"unknown peer key", "Bar", 0o600, func(_ keys, s string) string { return s + "Bar = 2\n" }},
+	{"ipv6 endpoint without brackets", "needs brackets", 0o600, rep("192.0.2.1:51820", "2001:db8::1:51820")},
+	{"endpoint without port", "no port", 0o600, rep("192.0.2.1:51820", "192.0.2.1")},
+	{"endpoint bad port", "out of range", 0o600, rep(":51820", ":99999")},
+	{"allowed ips miss default route", "allowedIPs", 0o600, rep("AllowedIPs = 0.0.0.0/0", "AllowedIPs = 10.0.0.0/8")},
+	{"bad allowed ip", "AllowedIPs", 0o600, rep("0.0.0.0/0", "0.0.0.0/99")},
+	{"bad address", "Address", 0o600, rep("10.2.0.2/32", "10.2.0.2/40")},
+	{"missing address", "Address: missing", 0o600, rep("Address = 10.2.0.2/32\n", "")},
+	{"missing private key", "PrivateKey: missing", 0o600, func(k keys, s string) string { return strings.Replace(s, "PrivateKey = "+k.priv+"\n", "", 1) }},
+	{"no peer", "no [Peer]", 0o600, func(_ keys, s string) string { return s[:strings.Index(s, "[Peer]")] }},
+	{"peer without public key", "no PublicKey", 0o600, func(k keys, s string) string { return strings.Replace(s, "PublicKey = "+k.pub+"\n", "", 1) }},
+	{"mtu not a number", "MTU", 0o600, rep("DNS", "MTU = large\nDNS")},
+	{"fwmark garbage", "FwMark", 0o600, rep("DNS", "FwMark = 0xnope\nDNS")},
+	{"keepalive garbage", "PersistentKeepalive", 0o600, func(_ keys, s string) string { return s + "PersistentKeepalive = often\n" }},
+	{"key outside section", "outside any section", 0o600, func(_ keys, s string) string { return "MTU = 1400\n" + s }},
+	{"unknown section", "unknown section", 0o600, func(_ keys, s string) string { return s + "[Server]\n" }},
+	{"binary garbage", "control character", 0o600, func(_ keys, s string) string { return "\x00\x01\x02" + s }},
+	{"wg-quick file mode 0644", "chmod 600", 0o644, func(_ keys, s string) string { return s }},
+	{"wg-quick file mode 0640", "chmod 600", 0o640, func(_ keys, s string) string { return s }},
+	{"empty file", "no [Interface]", 0o600, func(_ keys, s string) string { return "" }},
+}
+
+type jsonCase struct {
+	name, field string
+	edit        func(m map[string]any, dir string, k keys)
+}
+
+var jsonCases = []jsonCase{
+	{"name too long", "name", func(m map[string]any, _ string, _ keys) { m["name"] = "averyverylongname" }},
+	{"name with slash", "name", func(m map[string]any, _ string, _ keys) { m["name"] = "a/b" }},
+	{"name with dotdot", "name", func(m map[string]any, _ string, _ keys) { m["name"] = "../x" }},
+	{"16-character interface name", "interface", func(m map[string]any, _ string, _ keys) { m["interface"] = "wg-sixteen-chars" }},
+	{"interface with slash", "interface", func(m map[string]any, _ string, _ keys) { m["interface"] = "wg/0" }},
+	{"unknown field", "colour", func(m map[string]any, _ string, _ keys) { m["colour"] = "blue" }},
+	{"unknown backend", "backend", func(m map[string]any, _ string, _ keys) { m["backend"] = "fast" }},
+	{"no tunnel", "wireguard", func(m map[string]any, _ string, _ keys) { m["wireguard"] = map[string]any{} }},
+	{"missing wg-quick file", "wireguard.configFile", func(m map[string]any, dir string, _ keys) {
+		m["wireguard"] = map[string]any{"configFile": filepath.Join(dir, "nope.conf")}
+	}},
+	{"relative wg-quick path", "wireguard.configFile", func(m map[string]any, _ string, _ keys) { m["wireguard"] = map[string]any{"configFile": "wg.conf"} }},
+	{"private key file mode 0644", "wireguard.privateKeyFile", func(m map[string]any, dir string, k keys) {
+		p := filepath.Join(dir, "loose.key")
+		os.WriteFile(p, []byte(k.priv), 0o644)
+		os.Chmod(p, 0o644)
+		m["wireguard"].(map[string]any)["privateKeyFile"] = p
+		m["wireguard"].(map[string]any)["addresses"] = []any{"10.2.0.2/32"}
+	}},
+	{"overlapping addresses", "wireguard.addresses", func(m map[string]any, _ string, _ keys) {
+		m["wireguard"].(map[string]any)["addresses"] = []any{"10.2.0.0/24", "10.2.0.9/32"}
+	}},
+	{"host link overlaps tunnel", "hostLink.hostAddress", func(m map[string]any, _ string, _ keys) {
+		m["hostLink"] = map[string]any{"enable": true, "hostAddress": "10.2.0.1/24", "namespaceAddress": "10.2.0.9/24"}
+	}},
+	{"host link subnets differ", "hostLink.namespaceAddress", func(m map[string]any, _ string, _ keys) {
+		m["hostLink"] = map[string]any{"enable": true, "hostAddress": "10.200.0.1/30", "namespaceAddress": "10.201.0.2/30"}
+	}},
+	{"duplicate open port", "openPorts[1]", func(m map[string]any, _ string, _ keys) {
+		m["openPorts"] = []any{map[string]any{"port": 51413}, map[string]any{"port": 51413}}
+	}},
+	{"invalid open port", "openPorts[0].port", func(m map[string]any, _ string, _ keys) { m["openPorts"] = []any{map[string]any{"port": 70000}} }},
+	{"host port mapped twice", "hostLink.portMappings[1].from", func(m map[string]any, _ string, _ keys) {
+		m["hostLink"] = map[string]any{"enable": true, "hostAddress": "10.200.0.1/30", "namespaceAddress": "10.200.0.2/30",
+			"portMappings": []any{map[string]any{"from": 8080, "to": 80}, map[string]any{"from": 8080, "to": 81}}}
+	}},
+	{"accessibleFrom the whole internet", "hostLink.accessibleFrom[0]", func(m map[string]any, _ string, _ keys) {
+		m["hostLink"] = map[string]any{"enable": true, "hostAddress": "10.200.0.1/30", "namespaceAddress": "10.200.0.2/30", "accessibleFrom": []any{"0.0.0.0/0"}}
+	}},
+	{"bad dns server", "dns.servers[0]", func(m map[string]any, _ string, _ keys) {
+		m["dns"] = map[string]any{"servers": []any{"resolver.example"}}
+	}},
+	{"ipv6 tunnel without v6 address", "ipv6", func(m map[string]any, _ string, _ keys) { m["ipv6"] = "tunnel" }},
+	{"mtu out of range", "wireguard.mtu", func(m map[string]any, _ string, _ keys) { m["wireguard"].(map[string]any)["mtu"] = 100 }},
+	{"wrong json type", "name", func(m map[string]any, _ string, _ keys) { m["name"] = 42 }},
+}
+
+// TestBadInput runs every case through validate, up and run.
+func TestBadInput(t *testing.T) {
+	host := hostNS(t)
+	total := 0
+	check := func(t *testing.T, cfg, name, field, key string) {
+		before := snapshot(t, host, name)
+		for _, cmd := range []string{"validate", "up", "run"} {
+			rc, stdout, stderr := agent(t, host, cmd, "--config", cfg)
+			msg := strings.TrimRight(stderr, "\n")
+			if rc != 2 {
+				t.Errorf("%s: exit %d, want 2; stderr %q stdout %q", cmd, rc, stderr, stdout)
+			}
+			if strings.Count(msg, "\n") != 0 || !strings.HasPrefix(msg, "vpn-agent: ") {
+				t.Errorf("%s: want exactly one error line, got %q", cmd, stderr)
+			}
+			if !strings.Contains(msg, field) {
+				t.Errorf("%s: error %q does not name %q", cmd, msg, field)
+			}
+			if strings.Contains(stderr+stdout, key) || strings.Contains(stderr+stdout, key[:20]) {
+				t.Errorf("%s: output echoes the private key", cmd)
+			}
+			if after := snapshot(t, host, name); after != before {
+				t.Errorf("%s changed the system:\nbefore:\n%s\nafter:\n%s", cmd, before, after)
+			}
+		}
+	}
+	for _, tc := range wgQuickCases {
+		total++
+		t.Run("wg-quick/"+tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			k := newKeys(t)
+			name := "bi" + randHex(4)
+			wg := filepath.Join(dir, "wg.conf")
+			write(t, wg, tc.edit(k, wgQuick(k)), tc.mode)
+			cfg := filepath.Join(dir, "c.json")
+			write(t, cfg, fmt.Sprintf(`{"name":%q,"wireguard":{"configFile":%q}}`, name, wg), 0o644)
+			check(t, cfg, name, tc.field, k.priv)
+		})
+	}
+	for _, tc := range jsonCases {
+		total++
+		t.Run("config/"+tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			k := newKeys(t)
+			name := "bi" + randHex(4)
+			wg := filepath.Join(dir, "wg.conf")
+			write(t, wg, wgQuick(k), 0o600)
+			m := map[string]any{"name": name, "wireguard": map[string]any{"configFile": wg}}
+			tc.edit(m, dir, k)
+			b, _ := json.Marshal(m)
+			cfg := filepath.Join(dir, "c.json")
+			write(t, cfg, string(b), 0o644)
+			n, _ := m["name"].(string)
+			if n == "" || strings.ContainsAny(n, "/.") {
+				n = name
+			}
+			check(t, cfg, n, tc.field, k.priv)
+		})
+	}
+	t.Logf("bad input: %d malformed configs and wg-quick files, each through validate, up and run", total)
+	if total < 40 {
+		t.Errorf("only %d cases; the suite promises at least 40", total)
+	}
+}
+
+// TestGoodInputControls are positive controls: a valid file, and the same
+// file with CRLF endings and a BOM, pass validation, so the failures above
+// are about the defects and not the harness.
+func TestGoodInputControls(t *testing.T) {
+	host := hostNS(t)
+	k := newKeys(t)
+	for variant, edit := range map[string]func(string) string{
+		"plain": func(s string) string { return s },
+		"crlf":  func(s string) string { return strings.ReplaceAll(s, "\n", "\r\n") },
+		"bom":   func(s string) string { return "\xef\xbb\xbf" + s },
+	} {
+		dir := t.TempDir()
+		wg := filepath.Join(dir, "wg.conf")
+		write(t, wg, edit(wgQuick(k)), 0o600)
+		cfg := filepath.Join(dir, "c.json")
+		write(t, cfg, fmt.Sprintf(`{"name":"bigood","wireguard":{"configFile":%q}}`, wg), 0o644)
+		if rc, out, errs := agent(t, host, "validate", "--config", cfg); rc != 0 || !strings.Contains(out, "config OK") {
+			t.Errorf("%s: validate rc=%d out=%q err=%q", variant, rc, out, errs)
+		}
+	}
+}
+
+// TestSnapshotSeesChanges is the positive control for the snapshot: a
+// valid up (to an endpoint that need not answer) must change it, and down
+// must restore it exactly.
+func TestSnapshotSeesChanges(t *testing.T) {
+	host := hostNS(t)
+	k := newKeys(t)
+	dir := t.TempDir()
+	name := "bi" + randHex(4)
+	wg := filepath.Join(dir, "wg.conf")
+	write(t, wg, wgQuick(k), 0o600)
+	cfg := filepath.Join(dir, "c.json")
+	write(t, cfg, fmt.Sprintf(`{"name":%q,"wireguard":{"configFile":%q},"backend":"userspace"}`, name, wg), 0o644)
+	before := snapshot(t, host, name)
+	if rc, _, errs := agent(t, host, "up", "--config", cfg); rc != 0 {
+		t.Fatalf("up: rc=%d %s", rc, errs)
+	}
+	t.Cleanup(func() { agent(t, host, "down", name) })
+	if snapshot(t, host, name) == before {
+		t.Fatal("snapshot did not change after a successful up: it cannot detect changes")
+	}
+	if rc, _, errs := agent(t, host, "down", name); rc != 0 {
+		t.Fatalf("down: rc=%d %s", rc, errs)
+	}
+	if after := snapshot(t, host, name); after != before {
+		t.Errorf("down left traces:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
