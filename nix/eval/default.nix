@@ -224,6 +224,38 @@ let
   };
   example = eval exampleConfig;
 
+  # Unit text the way NixOS writes it (nixos/lib/systemd-lib.nix, simplified):
+  # lists become repeated lines, booleans true/false, dependencies one line
+  # each; NixOS adds Environment= (PATH, LOCALE_ARCHIVE, TZDIR) and turns
+  # wantedBy into .wants symlinks instead of an [Install] section.
+  renderValue =
+    v:
+    if v == true then
+      "true"
+    else if v == false then
+      "false"
+    else
+      toString v;
+  renderSection =
+    attrs:
+    lib.concatStrings (
+      lib.mapAttrsToList (n: v: lib.concatMapStrings (x: "${n}=${renderValue x}\n") (lib.toList v)) attrs
+    );
+  depLine = key: list: lib.optionalString (list != [ ]) "${key}=${lib.concatStringsSep " " list}\n";
+  unitText =
+    name: u:
+    "# ${name}.service"
+    + lib.optionalString (u.wantedBy != [ ]) " (wanted by ${lib.concatStringsSep ", " u.wantedBy})"
+    + "\n[Unit]\n"
+    + lib.optionalString (u.description != "") "Description=${u.description}\n"
+    + depLine "Wants" u.wants
+    + depLine "BindsTo" u.bindsTo
+    + depLine "After" u.after
+    + depLine "Before" u.before
+    + renderSection u.unitConfig
+    + "\n[Service]\n"
+    + renderSection u.serviceConfig;
+
   exampleReport = {
     failedAssertions = failedAssertions example;
     inherit (example) warnings;
@@ -232,6 +264,15 @@ let
       inherit (example.boot.kernel) sysctl;
     };
     agentConfigs = lib.mapAttrs (_: ns: ns.generatedConfig) example.services.vpnConfinement.namespaces;
+    unitFiles = lib.mapAttrs unitText (
+      lib.filterAttrs (
+        n: _:
+        lib.elem n [
+          "vpn-agent-proton"
+          "transmission"
+        ]
+      ) example.systemd.services
+    );
     units = lib.mapAttrs (_: showUnit) (
       lib.filterAttrs (
         n: _:
