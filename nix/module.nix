@@ -751,8 +751,15 @@ in
     }) confinedServices;
   }
   (mkIf cfg.enable {
-    assertions =
-      concatLists (mapAttrsToList namespaceAssertions cfg.namespaces)
+    assertions = [
+      {
+        # The agent writes /etc/netns/<name>/{resolv,nsswitch}.conf.
+        assertion =
+          !((config.system.etc.overlay.enable or false) && !(config.system.etc.overlay.mutable or true));
+        message = "services.vpnConfinement: the agent writes /etc/netns/<name>/, but system.etc.overlay.mutable = false makes /etc read-only; set system.etc.overlay.mutable = true or disable the /etc overlay.";
+      }
+    ]
+    ++ concatLists (mapAttrsToList namespaceAssertions cfg.namespaces)
       ++ subnetAssertions
       ++ mapAttrsToList (key: claims: {
         assertion = false;

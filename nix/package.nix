@@ -40,8 +40,7 @@ buildGoModule {
   ldflags = [
     "-s"
     "-w"
-    # Ignored by the linker if main has no such variable.
-    "-X main.version=${version}"
+    "-X github.com/vpn-confinement/vpn-confinement/agent/cli.Version=${version}"
   ];
 
   meta = {

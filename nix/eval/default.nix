@@ -127,6 +127,14 @@ let
         type = types.attrsOf types.anything;
         default = { };
       };
+      system.etc.overlay.enable = mkOption {
+        type = types.bool;
+        default = false;
+      };
+      system.etc.overlay.mutable = mkOption {
+        type = types.bool;
+        default = true;
+      };
       environment.systemPackages = mkOption {
         type = types.listOf types.anything;
         default = [ ];
@@ -447,6 +455,15 @@ let
         };
       };
       expect = "is below the IPv6 minimum (1280); set ipv6 = \"block\"";
+    };
+    immutable-etc = {
+      config = withBase {
+        system.etc.overlay = {
+          enable = true;
+          mutable = false;
+        };
+      };
+      expect = "system.etc.overlay.mutable = false makes /etc read-only";
     };
     hostlink-missing-addresses = {
       config = withBase { services.vpnConfinement.namespaces.vpn.hostLink.enable = true; };
