@@ -121,9 +121,11 @@ func outputChain(s *config.Spec) Chain {
 		}
 	}
 	for _, p := range []Proto{UDP, TCP} {
+		// Rejected, not silently dropped: the packet never leaves, and the
+		// lookup fails at once instead of hanging (TCP would retransmit).
 		rules = append(rules, Rule{
-			Exprs:   []Expr{Port{Proto: p, Set: "dns_ports"}, CounterRef{CounterOutDNS}, Drop},
-			Comment: fmt.Sprintf("any other %s DNS would leak lookups: count and drop", p),
+			Exprs:   []Expr{Port{Proto: p, Set: "dns_ports"}, CounterRef{CounterOutDNS}, Reject{TCPReset: p == TCP}},
+			Comment: fmt.Sprintf("any other %s DNS would leak lookups: count and refuse", p),
 		})
 	}
 	if s.IPv6 {

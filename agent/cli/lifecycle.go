@@ -61,6 +61,13 @@ func cmdUp(args []string, out io.Writer) int {
 	}
 	abs, _ := filepath.Abs(*cfg)
 	if backend == config.BackendUserspace {
+		// An agent already holding the namespace is the converged state.
+		if l, err := engine.TryLock(s.Name); errors.Is(err, engine.ErrBusy) {
+			fmt.Fprintf(out, "namespace %s already up (agent pid %d)\n", s.Name, engine.HolderPID(s.Name))
+			return ExitOK
+		} else if err == nil {
+			l.Release(true)
+		}
 		// The userspace data plane lives in a process: start a detached
 		// `vpn-agent run` and wait for its READY=1.
 		pid, err := startDetached(abs, s.Name, *timeout)
@@ -186,16 +193,30 @@ func startDetached(cfg, name string, timeout time.Duration) (int, error) {
 	case <-ready:
 		return cmd.Process.Pid, nil
 	case err := <-exited:
-		return 0, fmt.Errorf("agent exited before ready (%v): %s", err, lastLine(logPath))
+		msg := lastLine(logPath)
+		cleanFailedStart(name)
+		return 0, fmt.Errorf("agent exited before ready (%v): %s", err, msg)
 	case <-sigs:
 		cmd.Process.Signal(syscall.SIGTERM)
 		<-exited
+		cleanFailedStart(name)
 		return 0, errors.New("interrupted; the agent was stopped")
 	case <-time.After(timeout):
 		cmd.Process.Signal(syscall.SIGTERM)
 		<-exited
-		return 0, fmt.Errorf("agent not ready after %s; stopped it: %s", timeout, lastLine(logPath))
+		msg := lastLine(logPath)
+		cleanFailedStart(name)
+		return 0, fmt.Errorf("agent not ready after %s; stopped it: %s", timeout, msg)
 	}
+}
+
+// cleanFailedStart removes the log directory of an agent that never
+// became ready, unless another agent's state lives there.
+func cleanFailedStart(name string) {
+	if _, err := engine.ReadState(name); err == nil {
+		return
+	}
+	os.RemoveAll(engine.StateDir(name))
 }
 
 func containsLine(msg, line string) bool {

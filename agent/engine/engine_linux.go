@@ -91,7 +91,7 @@ func (e *Engine) Up(ctx context.Context, s *config.Spec, configPath string) (ins
 	}
 	defer func() {
 		if err != nil {
-			lock.Release(false)
+			lock.Release(true) // a failed up leaves nothing, not even the lock file
 		}
 	}()
 	backend, err := e.Backend(s)

@@ -31,7 +31,7 @@ type userspaceTunnel struct {
 }
 
 func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsName string) (t Tunnel, err error) {
-	td, err := openTUN(s.Interface)
+	td, err := OpenTUN(s.Interface)
 	if err != nil {
 		return nil, err
 	}
@@ -83,11 +83,11 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul}, nil
 }
 
-// openTUN creates a TUN device without wireguard-go's link monitors: they
+// OpenTUN creates a TUN device (in the calling thread's namespace) without wireguard-go's link monitors: they
 // watch the namespace the device was born in, which is wrong once the
 // link moves. We drive the device's up/down state ourselves. IFF_VNET_HDR
 // keeps TSO/GSO offloads on.
-func openTUN(name string) (tun.Device, error) {
+func OpenTUN(name string) (tun.Device, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
