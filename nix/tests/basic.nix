@@ -22,10 +22,14 @@ pkgs.testers.runNixOSTest {
         host.succeed("test -e /run/netns/vpn")
         host.succeed("ip netns list | grep -qw vpn")
         host.fail("ip link show vc-vpn")  # moved out of the host namespace
+        # (Kernel fallback tunnels such as sit0 may exist in any new
+        # namespace, but they are down.)
         links = host.succeed(
-            "ip -n vpn -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | sort"
+            "ip -n vpn -o link show up | awk -F': ' '{print $2}' | cut -d@ -f1 | sort"
         ).split()
-        assert links == ["lo", "vc-vpn"], f"unexpected links in the namespace: {links}"
+        assert links == ["lo", "vc-vpn"], f"unexpected links up in the namespace: {links}"
+        routes = host.succeed("ip -n vpn -4 route show")
+        assert "default dev vc-vpn" in routes, routes
         # backend auto picked the kernel implementation
         host.succeed("ip -n vpn -d link show vc-vpn | grep -qw wireguard")
         host.succeed("ip netns exec vpn nft list table inet vpn-confinement >/dev/null")
