@@ -170,4 +170,3 @@ func randID() string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
-

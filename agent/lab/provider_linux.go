@@ -21,16 +21,16 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
-		"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
 // Addresses used inside the lab's namespaces only (TEST-NET-1 and a
 // private tunnel range); they are never routed to the real network.
 var (
-	HostAddr     = netip.MustParsePrefix("192.0.2.1/24")  // simulated host's uplink
-	EndpointAddr = netip.MustParsePrefix("192.0.2.2/24")  // provider's public side
-	TunnelServer = netip.MustParsePrefix("10.66.0.1/24")  // provider inside the tunnel: DNS + HTTP
-	TunnelClient = netip.MustParsePrefix("10.66.0.2/32")  // the confined side
+	HostAddr     = netip.MustParsePrefix("192.0.2.1/24") // simulated host's uplink
+	EndpointAddr = netip.MustParsePrefix("192.0.2.2/24") // provider's public side
+	TunnelServer = netip.MustParsePrefix("10.66.0.1/24") // provider inside the tunnel: DNS + HTTP
+	TunnelClient = netip.MustParsePrefix("10.66.0.2/32") // the confined side
 	TargetName   = "target.demo"
 	ListenPort   = 51820
 	Greeting     = "hello from the far side of the tunnel"
