@@ -16,15 +16,23 @@ buildGoModule {
 
   # Only what the Go build reads. The vendor directory that buildGoModule
   # computes depends on the imports of every package in the module, so every
-  # .go file of the repository is included (tests/ too), exactly like the
-  # tree that .ci/nix-check.sh hashes; agent/ and policy/ are included whole
-  # for any //go:embed files.
+  # .go file of the repository (tests/ too) and any nested go.mod is
+  # included, as in the tree that .ci/nix-check.sh hashes; agent/ and policy/
+  # are included whole for any //go:embed files.
   src = lib.fileset.toSource {
     root = ../.;
     fileset = lib.fileset.unions [
       ../go.mod
       ../go.sum
-      (lib.fileset.fileFilter (file: file.hasExt "go") ../.)
+      (lib.fileset.fileFilter (
+        file:
+        file.hasExt "go"
+        || lib.elem file.name [
+          "go.mod"
+          "go.sum"
+          "go.work"
+        ]
+      ) ../.)
       (lib.fileset.maybeMissing ../agent)
       (lib.fileset.maybeMissing ../policy)
     ];

@@ -33,7 +33,15 @@ in
         lib.fileset.toList (lib.fileset.unions [
           ../../go.mod
           ../../go.sum
-          (lib.fileset.fileFilter (file: file.hasExt "go") ../..)
+          (lib.fileset.fileFilter (
+            file:
+            file.hasExt "go"
+            || lib.elem file.name [
+              "go.mod"
+              "go.sum"
+              "go.work"
+            ]
+          ) ../..)
           (lib.fileset.maybeMissing ../../agent)
           (lib.fileset.maybeMissing ../../policy)
         ])
