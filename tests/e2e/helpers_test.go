@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,21 @@ func unexpected(pkts []observe.Packet, allowed ...observe.Match) []observe.Packe
 // the provider endpoint.
 var wgTraffic = observe.UDP(netip.AddrPortFrom(topo.HostUplink4, 0), ap(topo.Endpoint4, topo.WGPort))
 
+// wgErrors matches ICMP errors from the endpoint about the tunnel's UDP
+// flow (port unreachable while the peer is down): replies to WireGuard,
+// not traffic from the confined namespace.
+func wgErrors(p observe.Packet) bool {
+	if p.Proto != observe.ProtoICMP || p.ICMPType != 3 || p.Src != topo.Endpoint4 || p.Dst != topo.HostUplink4 {
+		return false
+	}
+	q := p.Payload // the quoted IPv4 header and the first 8 bytes of UDP
+	if len(q) < 20 || q[0]>>4 != 4 || q[9] != observe.ProtoUDP {
+		return false
+	}
+	ihl := int(q[0]&0xf) * 4
+	return len(q) >= ihl+4 && int(q[ihl+2])<<8|int(q[ihl+3]) == topo.WGPort
+}
+
 // hits returns p's server hits since mark, failing t on a log error.
 func hits(t *testing.T, p *topo.Process, mark int) []provider.Event {
 	t.Helper()
@@ -92,4 +108,8 @@ func hostOf(addrport string) netip.Addr {
 		return netip.Addr{}
 	}
 	return a.Addr().Unmap()
+}
+
+func execOut(name string, args ...string) ([]byte, error) {
+	return exec.Command(name, args...).CombinedOutput()
 }

@@ -102,12 +102,12 @@ type Daemon struct {
 	stopped bool
 }
 
-// Run starts `vpn-agent run --config cfg` with NOTIFY_SOCKET set, waits
-// for READY=1, and stops it (SIGTERM) at cleanup. It fails t if the agent
-// exits or is not ready within ReadyTimeout.
-func (a Agent) Run(t testing.TB, cfg string) *Daemon {
+// Run starts `vpn-agent run --config cfg [extra...]` with NOTIFY_SOCKET
+// set, waits for READY=1, and stops it (SIGTERM) at cleanup. It fails t if
+// the agent exits or is not ready within ReadyTimeout.
+func (a Agent) Run(t testing.TB, cfg string, extra ...string) *Daemon {
 	t.Helper()
-	d, err := a.Start(cfg)
+	d, err := a.Start(cfg, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func (a Agent) Run(t testing.TB, cfg string) *Daemon {
 }
 
 // Start is Run without a testing.TB: the caller must Stop the daemon.
-func (a Agent) Start(cfg string) (*Daemon, error) {
+func (a Agent) Start(cfg string, extra ...string) (*Daemon, error) {
 	// A short directory: sun_path holds 107 bytes.
 	dir, err := os.MkdirTemp("", "vtn")
 	if err != nil {
@@ -132,7 +132,7 @@ func (a Agent) Start(cfg string) (*Daemon, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("notify socket: %w", err)
 	}
-	d := &Daemon{Args: []string{"run", "--config", cfg}, done: make(chan struct{})}
+	d := &Daemon{Args: append([]string{"run", "--config", cfg}, extra...), done: make(chan struct{})}
 	ready := make(chan struct{})
 	go d.readNotify(ln, ready)
 
@@ -243,6 +243,25 @@ func (d *Daemon) Stop() error {
 	}
 	if !d.cmd.ProcessState.Success() {
 		return fmt.Errorf("agent exit after SIGTERM: %v:\n%s", d.cmd.ProcessState, d.Output())
+	}
+	return nil
+}
+
+// Wait waits up to timeout for the agent to exit on its own (e.g. after
+// `down NAME` signalled it) and returns an error unless it exited 0.
+func (d *Daemon) Wait(timeout time.Duration) error {
+	d.mu.Lock()
+	d.stopped = true
+	d.mu.Unlock()
+	select {
+	case <-d.done:
+	case <-time.After(timeout):
+		d.cmd.Process.Kill()
+		<-d.done
+		return fmt.Errorf("agent still running after %v; killed:\n%s", timeout, d.Output())
+	}
+	if !d.cmd.ProcessState.Success() {
+		return fmt.Errorf("agent exit: %v:\n%s", d.cmd.ProcessState, d.Output())
 	}
 	return nil
 }

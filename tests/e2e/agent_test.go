@@ -1,0 +1,446 @@
+package e2e
+
+import (
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+)
+
+// Issue 2 end-to-end tests: vpn-agent confining a namespace in the
+// simulated host, against a real userspace WireGuard provider.
+
+// confined is an agent-managed namespace in a fresh topology.
+type confined struct {
+	tp   *topo.Topo
+	ag   agentproc.Agent
+	cfg  *config.Config
+	path string // config file
+	name string // namespace name
+	d    *agentproc.Daemon
+}
+
+// newConfined writes an agent config for a fresh topology without starting
+// the agent.
+func newConfined(t *testing.T, o topo.AgentOptions) *confined {
+	t.Helper()
+	requireAgent(t)
+	tp := newTopo(t)
+	path, cfg := tp.AgentConfig(t, o)
+	return &confined{tp: tp, ag: agentproc.Agent{Bin: env.agentBin, HostNS: tp.Host}, cfg: cfg, path: path, name: cfg.Name}
+}
+
+// startAgent runs `vpn-agent run` in the simulated host and waits for
+// READY=1; it is stopped (SIGTERM) at cleanup.
+func startAgent(t *testing.T, o topo.AgentOptions) *confined {
+	t.Helper()
+	c := newConfined(t, o)
+	c.d = c.ag.Run(t, c.path)
+	if !nsutil.Mounted(c.name) {
+		t.Fatalf("READY=1 but /run/netns/%s is not a live namespace", c.name)
+	}
+	return c
+}
+
+func (c *confined) iface() string { return "vc-" + c.name }
+
+// tunnelEcho probes the provider's tunnel-side echo server from the
+// confined namespace, allowing for the first handshake.
+func (c *confined) tunnelEcho(t *testing.T, within time.Duration) probe.Result {
+	t.Helper()
+	start := time.Now()
+	r := eventually(within, func() probe.Result {
+		return probe.TCPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), marker("tunnel"))
+	})
+	if r.Reached() && time.Since(start) > 2*probe.Timeout {
+		t.Logf("note: the tunnel needed %v after READY=1 to carry traffic", time.Since(start).Round(time.Millisecond))
+	}
+	return r
+}
+
+// (a) Traffic through the tunnel works, and only ciphertext crosses the
+// host's uplink.
+func TestAgentTunnel(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, topo.AgentOptions{})
+	up := observe.Start(t, c.tp.Host, topo.HostUplinkIf, nil)
+	mark := c.tp.Provider.Mark()
+
+	if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
+		t.Fatalf("no traffic through the tunnel: %v\nagent output:\n%s", r, c.d.Output())
+	}
+	secret := marker("tunnelled")
+	rs := probe.All(
+		func() probe.Result { return probe.TCPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), secret) },
+		func() probe.Result { return probe.UDPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), secret) },
+		func() probe.Result { return probe.Ping(c.name, topo.ProvTunnel4) },
+		func() probe.Result {
+			return eventually(2*time.Second, func() probe.Result {
+				return probe.TCPEcho(c.name, ap(topo.ProvTunnel6, topo.EchoPort), secret)
+			})
+		},
+		func() probe.Result { return probe.UDPEcho(c.name, ap(topo.ProvTunnel6, topo.EchoPort), secret) },
+		func() probe.Result { return probe.Ping(c.name, topo.ProvTunnel6) },
+	)
+	for _, r := range rs {
+		if !r.Reached() {
+			t.Errorf("through the tunnel: %v", r)
+		}
+	}
+	// The provider saw the connections arrive from the tunnel addresses.
+	ev := hits(t, c.tp.Provider, mark)
+	for _, src := range []netip.Addr{topo.ClientTunnel4, topo.ClientTunnel6} {
+		if !slices.ContainsFunc(ev, func(e provider.Event) bool { return hostOf(e.Src) == src }) {
+			t.Errorf("provider log has no hit from tunnel address %s:\n%s", src, dumpEvents(ev))
+		}
+	}
+
+	ctl := control(t, up, c.tp.Host, ap(topo.DecoyTarget4, topo.ControlPort))
+	pkts := up.Stop()
+	if !slices.ContainsFunc(pkts, wgTraffic) {
+		t.Errorf("no WireGuard traffic on the host uplink:\n%s", observe.Dump(pkts))
+	}
+	if slices.ContainsFunc(pkts, observe.Payload(secret)) {
+		t.Errorf("tunnelled payload seen in clear on the host uplink")
+	}
+	if bad := unexpected(pkts, observe.LinkNoise, wgTraffic, observe.Payload(ctl)); len(bad) > 0 {
+		t.Errorf("host uplink carried more than WireGuard:\n%s", observe.Dump(bad))
+	}
+
+	st, out, err := c.ag.Status(c.name)
+	if err != nil {
+		t.Errorf("status NAME --json: %v\n%s", err, out)
+		if o := c.ag.Cmd("status", "--json", c.name); o.Err == nil {
+			t.Logf("(status --json NAME works)")
+		}
+	} else if st["healthy"] != true || st["backend"] != "userspace" {
+		t.Errorf("status: want a healthy userspace namespace, got:\n%s", out.Stdout)
+	}
+}
+
+// (b) DNS resolves through the tunnel's resolver only.
+func TestAgentDNS(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, topo.AgentOptions{})
+	tp := c.tp
+
+	// Positive control: the decoy resolver answers and logs, from an
+	// unconfined namespace.
+	dmark := tp.Decoy.Mark()
+	r := probe.DNS(tp.LAN, ap(topo.DecoyDNS4, 53), "udp", topo.TargetName, dnsmessage.TypeA)
+	if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{topo.DecoyAnswer4}) {
+		t.Fatalf("positive control: decoy resolver from the LAN: %v", r)
+	}
+	if ev := hits(t, tp.Decoy, dmark); len(ev) != 1 || ev[0].Kind != provider.EvDNS {
+		t.Fatalf("positive control: decoy log should hold exactly the LAN's query:\n%s", dumpEvents(ev))
+	}
+
+	// The namespace's resolv.conf names the provider's resolver only.
+	rc, err := os.ReadFile("/etc/netns/" + c.name + "/resolv.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var servers []string
+	for _, line := range strings.Split(string(rc), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "nameserver" {
+			servers = append(servers, f[1])
+		}
+	}
+	if !slices.Equal(servers, []string{topo.ProvTunnel4.String()}) {
+		t.Errorf("resolv.conf nameservers %v, want [%s]:\n%s", servers, topo.ProvTunnel4, rc)
+	}
+
+	if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
+		t.Fatalf("no traffic through the tunnel: %v", r)
+	}
+	pmark, dmark := tp.Provider.Mark(), tp.Decoy.Mark()
+
+	// getent through `vpn-agent exec`: glibc, resolv.conf and nsswitch.conf
+	// as an application sees them.
+	g := probe.Getent(tp.Host, env.agentBin, c.name, topo.TargetName)
+	if !g.Reached() || len(g.Addrs) == 0 {
+		t.Errorf("getent hosts %s via vpn-agent exec: %v\n%s", topo.TargetName, g, g.Answer)
+	}
+	for _, a := range g.Addrs {
+		if a != topo.ProvTunnel4 && a != topo.ProvTunnel6 {
+			t.Errorf("getent resolved %s to %s, not the provider's answer", topo.TargetName, a)
+		}
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		r := probe.DNS(c.name, ap(topo.ProvTunnel4, 53), network, topo.TargetName, dnsmessage.TypeA)
+		if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{topo.ProvTunnel4}) {
+			t.Errorf("configured resolver through the tunnel: %v", r)
+		}
+	}
+
+	// Every other resolver, port and transport is blocked. [fd66::1]:53 is
+	// a live resolver inside the tunnel, but not the configured one.
+	m := marker("mdns")
+	blocked := probe.All(
+		func() probe.Result {
+			return probe.DNS(c.name, ap(topo.DecoyDNS4, 53), "udp", topo.TargetName, dnsmessage.TypeA)
+		},
+		func() probe.Result {
+			return probe.DNS(c.name, ap(topo.DecoyDNS4, 53), "tcp", topo.TargetName, dnsmessage.TypeA)
+		},
+		func() probe.Result {
+			return probe.DNS(c.name, ap(topo.DecoyDNS4, 853), "tcp", topo.TargetName, dnsmessage.TypeA)
+		},
+		func() probe.Result {
+			return probe.DNS(c.name, ap(topo.DecoyDNS4, 5353), "udp", topo.TargetName, dnsmessage.TypeA)
+		},
+		func() probe.Result {
+			return probe.DNS(c.name, ap(topo.DecoyDNS4, 5355), "udp", topo.TargetName, dnsmessage.TypeA)
+		},
+		func() probe.Result {
+			return probe.DNS(c.name, ap(topo.DecoyDNS4, 5355), "tcp", topo.TargetName, dnsmessage.TypeA)
+		},
+		func() probe.Result {
+			return probe.DNS(c.name, ap(topo.DecoyDNS6, 53), "udp", topo.TargetName, dnsmessage.TypeAAAA)
+		},
+		func() probe.Result {
+			return probe.DNS(c.name, ap(topo.ProvTunnel6, 53), "udp", topo.TargetName, dnsmessage.TypeAAAA)
+		},
+	)
+	for _, r := range blocked {
+		if r.Reached() {
+			t.Errorf("DNS leak: %v", r)
+		}
+	}
+	for _, dst := range []string{"224.0.0.251:5353", "224.0.0.252:5355", "[ff05::1:3]:5355"} {
+		if r := probe.UDPSend(c.name, netip.MustParseAddrPort(dst), m); r.Outcome == probe.Sent {
+			t.Logf("note: multicast %v (the kill switch drops it later or the tunnel carries it)", r)
+		}
+	}
+
+	pev := hits(t, tp.Provider, pmark)
+	n := 0
+	for _, e := range pev {
+		if e.Kind != provider.EvDNS {
+			continue
+		}
+		if hostOf(e.Dst) != topo.ProvTunnel4 {
+			t.Errorf("strict DNS: query reached the provider at %s, not the configured resolver: %v", e.Dst, e)
+		}
+		if e.Name == topo.TargetName+"." {
+			n++
+		}
+	}
+	if n < 3 { // getent (1+) + udp + tcp
+		t.Errorf("provider resolver log: %d queries for %s, want at least 3:\n%s", n, topo.TargetName, dumpEvents(pev))
+	}
+	if ev := hits(t, tp.Decoy, dmark); len(ev) > 0 {
+		t.Errorf("DNS leak: the decoy saw:\n%s", dumpEvents(ev))
+	}
+}
+
+// (c) With the tunnel broken, the confined namespace has no way out: the
+// host's uplink and LAN carry nothing from it but WireGuard UDP to the
+// endpoint, and nothing leaves it on the host link. Each case also routes
+// the namespace's default over the host link, as a process with
+// CAP_NET_ADMIN inside could, to check the kill switch rather than the
+// routing table.
+func TestAgentKillSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		breakIt   func(t *testing.T, c *confined)
+		repaired  func(t *testing.T, c *confined) // optional: restore and expect the tunnel back
+		deadPeer  bool                            // tunnel probes must fail
+		watchdogs bool                            // the agent may repair the tunnel meanwhile
+	}{
+		{
+			name:     "peer-stopped",
+			breakIt:  func(t *testing.T, c *confined) { must(t, c.tp.Provider.Stop()) },
+			deadPeer: true,
+		},
+		{
+			name:     "endpoint-blocked",
+			breakIt:  func(t *testing.T, c *confined) { c.tp.BlockWG(t) },
+			repaired: func(t *testing.T, c *confined) { c.tp.UnblockWG(t) },
+			deadPeer: true,
+		},
+		{
+			name: "wg-link-deleted",
+			breakIt: func(t *testing.T, c *confined) {
+				c.tp.Exec(t, c.name, "ip", "link", "del", c.iface())
+			},
+			watchdogs: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := startAgent(t, topo.AgentOptions{HostLink: true, PortMappings: map[int]int{8080: 80}})
+			tp := c.tp
+			if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
+				t.Fatalf("precondition: no traffic through the tunnel: %v", r)
+			}
+			tc.breakIt(t, c)
+
+			hostIf := "vh-" + c.name
+			up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
+			lan := observe.Start(t, tp.Host, topo.HostLANIf, nil)
+			veth := observe.Start(t, tp.Host, hostIf, nil)
+
+			// Positive control for the decoy log, in this test case.
+			dm := marker("decoy-control")
+			if r := probe.UDPEcho(tp.LAN, ap(topo.DecoyTarget4, topo.EchoPort), dm); !r.Reached() {
+				t.Fatalf("positive control: decoy echo from the LAN: %v", r)
+			}
+			if !slices.ContainsFunc(hits(t, tp.Decoy, 0), func(e provider.Event) bool { return e.Kind == provider.EvUDP && e.Len == len(dm) }) {
+				t.Fatalf("positive control: the decoy did not log the LAN's datagram")
+			}
+			mark := tp.Decoy.Mark()
+
+			check := func(stage string) {
+				for _, r := range leakProbes(c.name) {
+					if r.Reached() {
+						t.Errorf("%s: LEAK: %v", stage, r)
+					}
+				}
+				if tc.deadPeer {
+					for _, r := range tunnelProbes(c.name) {
+						if r.Reached() {
+							t.Errorf("%s: tunnel target reached with the tunnel broken: %v", stage, r)
+						}
+					}
+				} else {
+					tunnelProbes(c.name) // make the namespace try
+				}
+			}
+			check("tunnel broken")
+			// Route everything over the host link; the kill switch must hold.
+			restore := hijackDefaultRoute(t, c)
+			check("default route via the host link")
+			restore()
+
+			ctlUp := control(t, up, tp.Host, ap(topo.DecoyTarget4, topo.ControlPort))
+			ctlLAN := control(t, lan, tp.Host, ap(topo.LANHost4, topo.ControlPort))
+			ctlVeth := control(t, veth, tp.Host, netip.AddrPortFrom(topo.HostLinkNS.Addr(), topo.ControlPort))
+
+			if bad := unexpected(up.Stop(), observe.LinkNoise, wgTraffic, wgErrors, observe.Payload(ctlUp), observe.Payload(dm)); len(bad) > 0 {
+				t.Errorf("LEAK on the host uplink:\n%s", observe.Dump(bad))
+			}
+			if bad := unexpected(lan.Stop(), observe.LinkNoise, observe.Payload(ctlLAN), observe.Payload(dm)); len(bad) > 0 {
+				t.Errorf("LEAK on the host's LAN link:\n%s", observe.Dump(bad))
+			}
+			if bad := unexpected(veth.Stop(), observe.LinkNoise, observe.Payload(ctlVeth)); len(bad) > 0 {
+				t.Errorf("the confined namespace sent on the host link (%s):\n%s", hostIf, observe.Dump(bad))
+			}
+			if ev := hits(t, tp.Decoy, mark); len(ev) > 0 {
+				t.Errorf("LEAK: the decoys saw:\n%s", dumpEvents(ev))
+			}
+			if st, out, _ := c.ag.Status(c.name); st != nil {
+				t.Logf("status after the test: healthy=%v problems=%v drops=%v", st["healthy"], st["problems"], st["policy"])
+			} else {
+				t.Logf("status: %s", out)
+			}
+			if tc.repaired != nil {
+				tc.repaired(t, c)
+				if r := c.tunnelEcho(t, 5*time.Second); !r.Reached() {
+					t.Errorf("tunnel did not come back after repair: %v", r)
+				}
+			}
+		})
+	}
+}
+
+// hijackDefaultRoute points the namespace's default routes at the host
+// link, as a process with CAP_NET_ADMIN inside could, and returns a func
+// that puts the original default routes back.
+func hijackDefaultRoute(t *testing.T, c *confined) (restore func()) {
+	t.Helper()
+	var saved [][]string
+	for _, fam := range []string{"-4", "-6"} {
+		out, _ := nsutil.Output(c.name, "ip", "-o", fam, "route", "show", "default")
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(line); len(f) > 0 {
+				saved = append(saved, append([]string{"ip", fam, "route", "replace"}, f...))
+			}
+		}
+	}
+	nsIf := "vn-" + c.name
+	if _, err := nsutil.Output(c.name, "ip", "route", "replace", "default", "via", topo.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
+		t.Logf("could not add the escape route (the agent may be rebuilding): %v", err)
+	}
+	if _, err := nsutil.Output(c.name, "ip", "-6", "route", "replace", "default", "dev", nsIf); err != nil {
+		t.Logf("no IPv6 escape route (expected: the agent disables IPv6 on the host link): %v", err)
+	}
+	return func() {
+		nsutil.Output(c.name, "ip", "route", "del", "default", "dev", nsIf)
+		nsutil.Output(c.name, "ip", "-6", "route", "del", "default", "dev", nsIf)
+		for _, argv := range saved {
+			if _, err := nsutil.Output(c.name, argv...); err != nil {
+				t.Logf("restoring %v: %v", argv, err)
+			}
+		}
+	}
+}
+
+// leakProbes tries every way out of ns that must be closed: decoys on the
+// internet over TCP, UDP, ICMP and DNS (v4 and v6), the host itself, the
+// LAN, multicast and broadcast. None may reach its target.
+func leakProbes(ns string) []probe.Result {
+	m := marker("leak")
+	q := func(server netip.AddrPort, network string) func() probe.Result {
+		return func() probe.Result { return probe.DNS(ns, server, network, topo.TargetName, dnsmessage.TypeA) }
+	}
+	send := func(dst string) func() probe.Result {
+		return func() probe.Result { return probe.UDPSend(ns, netip.MustParseAddrPort(dst), m) }
+	}
+	return probe.All(
+		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget4, 80)) },
+		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget4, 443)) },
+		func() probe.Result { return probe.TCPEcho(ns, ap(topo.DecoyTarget4, topo.EchoPort), m) },
+		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget6, 443)) },
+		func() probe.Result { return probe.UDPEcho(ns, ap(topo.DecoyTarget4, 443), m) },
+		func() probe.Result { return probe.UDPEcho(ns, ap(topo.DecoyTarget6, topo.EchoPort), m) },
+		func() probe.Result { return probe.Ping(ns, topo.DecoyTarget4) },
+		func() probe.Result { return probe.Ping(ns, topo.DecoyTarget6) },
+		func() probe.Result { return probe.Ping(ns, topo.InetHostSide4) },
+		func() probe.Result { return probe.Ping(ns, topo.HostUplink4) },
+		func() probe.Result { return probe.Ping(ns, topo.HostLinkHost.Addr()) },
+		func() probe.Result { return probe.TCP(ns, ap(topo.HostLinkHost.Addr(), 22)) },
+		func() probe.Result { return probe.Ping(ns, topo.LANHost4) },
+		func() probe.Result { return probe.TCP(ns, ap(topo.LANHost4, 22)) },
+		q(ap(topo.DecoyDNS4, 53), "udp"),
+		q(ap(topo.DecoyDNS4, 53), "tcp"),
+		q(ap(topo.DecoyDNS4, 853), "tcp"),
+		q(ap(topo.DecoyDNS4, 5353), "udp"),
+		q(ap(topo.DecoyDNS4, 5355), "udp"),
+		q(ap(topo.DecoyDNS6, 53), "udp"),
+		send("224.0.0.251:5353"),
+		send("224.0.0.252:5355"),
+		send("255.255.255.255:9"),
+		send("198.19.0.3:9"), // the host link's broadcast address
+		send("[ff05::1:3]:5355"),
+	)
+}
+
+// tunnelProbes reach for the provider's tunnel-side services.
+func tunnelProbes(ns string) []probe.Result {
+	return probe.All(
+		func() probe.Result { return probe.TCPEcho(ns, ap(topo.ProvTunnel4, topo.EchoPort), marker("t")) },
+		func() probe.Result {
+			return probe.DNS(ns, ap(topo.ProvTunnel4, 53), "udp", topo.TargetName, dnsmessage.TypeA)
+		},
+	)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+)
+
+// (d) After down, nothing of the namespace is left.
+func TestAgentDown(t *testing.T) {
+	opts := topo.AgentOptions{HostLink: true, PortMappings: map[int]int{8080: 80}}
+	t.Run("sigterm", func(t *testing.T) {
+		t.Parallel()
+		c := startAgent(t, opts)
+		assertPresent(t, c)
+		must(t, c.d.Stop())
+		assertGone(t, c, "after SIGTERM to `run`")
+		c.ag.MustCmd(t, "down", c.name) // idempotent: nothing left to remove
+		assertGone(t, c, "after SIGTERM and down")
+	})
+	t.Run("down-while-running", func(t *testing.T) {
+		t.Parallel()
+		c := startAgent(t, opts)
+		assertPresent(t, c)
+		c.ag.MustCmd(t, "down", c.name)
+		if err := c.d.Wait(5 * time.Second); err != nil {
+			t.Errorf("`run` after `down`: %v", err)
+		}
+		assertGone(t, c, "after down")
+	})
+	t.Run("crash", func(t *testing.T) {
+		t.Parallel()
+		c := startAgent(t, opts)
+		assertPresent(t, c)
+		c.d.Kill()
+		// A crash leaves the namespace closed, not open.
+		if !nsutil.Mounted(c.name) {
+			t.Errorf("after SIGKILL the namespace is gone; expected it (and its kill switch) to stay until down")
+		} else if _, err := nsutil.Output(c.name, "nft", "list", "table", "inet", "vpn-confinement"); err != nil {
+			t.Errorf("after SIGKILL the namespace has no kill switch: %v", err)
+		}
+		c.ag.MustCmd(t, "down", c.name)
+		assertGone(t, c, "after SIGKILL and down")
+	})
+	t.Run("up-down", func(t *testing.T) {
+		t.Parallel()
+		c := newConfined(t, opts)
+		out := c.ag.MustCmd(t, "up", "--config", c.path)
+		pid := upPID(out.Stdout)
+		t.Cleanup(func() { killStray(t, pid) })
+		assertPresent(t, c)
+		if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
+			t.Errorf("no traffic through the tunnel after up: %v", r)
+		}
+		c.ag.MustCmd(t, "down", c.name)
+		assertGone(t, c, "after up and down")
+		if pid > 0 && syscall.Kill(pid, 0) == nil && !zombie(pid) {
+			t.Errorf("the detached agent (pid %d) still runs after down", pid)
+		}
+	})
+}
+
+var upPIDRE = regexp.MustCompile(`agent pid (\d+)`)
+
+// upPID parses the detached agent's pid from `up` output, 0 if absent.
+func upPID(out string) int {
+	m := upPIDRE.FindStringSubmatch(out)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+func killStray(t *testing.T, pid int) {
+	if pid > 0 && syscall.Kill(pid, 0) == nil && !zombie(pid) {
+		t.Logf("killing stray agent pid %d", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == ')' {
+			return len(s) > i+2 && s[i+2] == 'Z'
+		}
+	}
+	return false
+}
+
+// resource is one thing the agent creates for a namespace.
+type resource struct {
+	what   string
+	exists func() bool
+}
+
+func resources(c *confined) []resource {
+	name, host := c.name, c.tp.Host
+	ok := func(ns string, argv ...string) func() bool {
+		return func() bool { _, err := nsutil.Output(ns, argv...); return err == nil }
+	}
+	file := func(p string) func() bool {
+		return func() bool { _, err := os.Lstat(p); return !errors.Is(err, os.ErrNotExist) }
+	}
+	link := func(ns, l string) func() bool { return ok(ns, "ip", "link", "show", "dev", l) }
+	rootLink := func(l string) func() bool {
+		return func() bool { _, err := execOut("ip", "link", "show", "dev", l); return err == nil }
+	}
+	return []resource{
+		{"netns /run/netns/" + name, file(nsutil.Path(name))},
+		{"link vc-" + name + " in the host namespace", link(host, "vc-"+name)},
+		{"link vh-" + name + " in the host namespace", link(host, "vh-"+name)},
+		{"link vc-" + name + " in the root namespace", rootLink("vc-" + name)},
+		{"link vh-" + name + " in the root namespace", rootLink("vh-" + name)},
+		{"nft table inet vpnc-" + name + " in the host namespace", ok(host, "nft", "list", "table", "inet", "vpnc-"+name)},
+		{"/etc/netns/" + name, file(filepath.Join("/etc/netns", name))},
+		{"/var/run/wireguard/vc-" + name + ".sock", file("/var/run/wireguard/vc-" + name + ".sock")},
+		{"/run/vpn-confinement/" + name, file(filepath.Join("/run/vpn-confinement", name))},
+		{"/run/vpn-confinement/" + name + ".lock", file(filepath.Join("/run/vpn-confinement", name+".lock"))},
+	}
+}
+
+// assertPresent checks what a healthy namespace with a host link has, so
+// that assertGone is not vacuous.
+func assertPresent(t *testing.T, c *confined) {
+	t.Helper()
+	want := map[string]bool{
+		"netns":                   nsutil.Mounted(c.name),
+		"wg link in the netns":    okIn(c.name, "ip", "link", "show", "dev", c.iface()),
+		"kill switch in netns":    okIn(c.name, "nft", "list", "table", "inet", "vpn-confinement"),
+		"vh- link in host":        okIn(c.tp.Host, "ip", "link", "show", "dev", "vh-"+c.name),
+		"vpnc- table in host":     okIn(c.tp.Host, "nft", "list", "table", "inet", "vpnc-"+c.name),
+		"resolv.conf":             exists("/etc/netns/" + c.name + "/resolv.conf"),
+		"UAPI socket":             exists("/var/run/wireguard/" + c.iface() + ".sock"),
+		"state.json":              exists("/run/vpn-confinement/" + c.name + "/state.json"),
+		"no wg link in host ns":   !okIn(c.tp.Host, "ip", "link", "show", "dev", c.iface()),
+		"no wg link in root ns":   !okRoot("ip", "link", "show", "dev", c.iface()),
+		"no host link in root ns": !okRoot("ip", "link", "show", "dev", "vh-"+c.name),
+	}
+	for what, ok := range want {
+		if !ok {
+			t.Errorf("while up: expected %s", what)
+		}
+	}
+}
+
+func assertGone(t *testing.T, c *confined, when string) {
+	t.Helper()
+	for _, r := range resources(c) {
+		if r.exists() {
+			t.Errorf("%s: %s is left behind", when, r.what)
+		}
+	}
+}
+
+func okIn(ns string, argv ...string) bool { _, err := nsutil.Output(ns, argv...); return err == nil }
+func okRoot(argv ...string) bool          { _, err := execOut(argv[0], argv[1:]...); return err == nil }
+func exists(p string) bool                { _, err := os.Lstat(p); return err == nil }
