@@ -33,7 +33,7 @@ Usage:
   vpn-agent status   [NAME] [--json]      show namespace health (exit 1 if degraded)
   vpn-agent validate --config FILE [--static]  check a config; change nothing
   vpn-agent policy   --config FILE [--host]    print the kill-switch ruleset (nft syntax)
-  vpn-agent unit     NAME [--service UNIT]     print the systemd drop-in confining a service
+  vpn-agent unit     NAME [--config F] [--agent-unit U]  print the systemd drop-in confining a service
   vpn-agent bench    [flags]              measure tunnel and kill-switch cost (see --help)
   vpn-agent demo     [-- CMD...]          confine a command behind a local WireGuard peer (no VPN account)
   vpn-agent version
@@ -78,14 +78,30 @@ func flags(name string) (*flag.FlagSet, *string, *string) {
 	return fs, level, format
 }
 
+// parse parses flags anywhere on the line (`status NAME --json` as well as
+// `status --json NAME`); everything after "--" is positional. It returns an
+// exit code to stop with, or -1 to go on.
 func parse(fs *flag.FlagSet, args []string) int {
 	fs.SetOutput(os.Stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return ExitOK
+			}
+			return ExitBadInput
 		}
-		return ExitBadInput
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...) // after "--": all positional
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
+	fs.Parse(append([]string{"--"}, pos...))
 	return -1
 }
 

@@ -218,7 +218,12 @@ func TestBadInput(t *testing.T) {
 		{"malformed wg-quick", "wireguard.configFile", func(m map[string]any) { m["wireguard"] = map[string]any{"configFile": badWG} }},
 		{"bad address", "wireguard.addresses[0]", func(m map[string]any) { wg(m)["addresses"] = []any{"10.2.0.256/32"} }},
 		{"overlapping addresses", "wireguard.addresses", func(m map[string]any) { wg(m)["addresses"] = []any{"10.2.0.0/24", "10.2.0.2/32"} }},
-		{"mtu too small", "wireguard.mtu", func(m map[string]any) { wg(m)["mtu"] = 1000 }},
+		{"mtu too small", "wireguard.mtu", func(m map[string]any) { wg(m)["mtu"] = 500 }},
+		{"mtu below the IPv6 minimum", "wireguard.mtu", func(m map[string]any) {
+			wg(m)["mtu"] = 1200
+			wg(m)["addresses"] = []any{"10.2.0.2/32", "fd00::2/128"}
+			peer(m)["allowedIPs"] = []any{"0.0.0.0/0", "::/0"}
+		}},
 		{"listen port too big", "wireguard.listenPort", func(m map[string]any) { wg(m)["listenPort"] = 70000 }},
 		{"truncated public key", "wireguard.peers[0].publicKey", func(m map[string]any) { peer(m)["publicKey"] = f.pub.String()[:40] }},
 		{"ipv6 endpoint without brackets", "wireguard.peers[0].endpoint", func(m map[string]any) { peer(m)["endpoint"] = "2001:db8::1:51820" }},
@@ -333,4 +338,16 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("accepted unsafe names %q/%q", s.Name, s.Interface)
 		}
 	})
+}
+
+// A small underlay (the privacy VM test: uplink MTU 1300) needs a
+// WireGuard MTU below IPv6's minimum; with IPv6 blocked that is fine.
+func TestSmallMTUWithIPv4Only(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.structured()
+	cfg["wireguard"].(map[string]any)["mtu"] = 1200
+	s, err := resolveJSON(t, cfg)
+	if err != nil || s.MTU != 1200 {
+		t.Fatalf("mtu 1200 with IPv4 only: %v", err)
+	}
 }

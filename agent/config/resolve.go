@@ -160,8 +160,8 @@ func resolveWireGuard(c *Config, s *Spec, opts Options) error {
 		}
 	}
 	if w.MTU != 0 {
-		if w.MTU < 1280 || w.MTU > 9000 {
-			return fieldErr("wireguard.mtu", "use 1280–9000; 1420 fits a 1500-byte uplink, 1280 is the IPv6 minimum", "%d is out of range", w.MTU)
+		if w.MTU < 576 || w.MTU > 9000 {
+			return fieldErr("wireguard.mtu", "use 576–9000; 1420 fits a 1500-byte uplink (IPv6 needs at least 1280)", "%d is out of range", w.MTU)
 		}
 		s.MTU = w.MTU
 	}

@@ -40,6 +40,14 @@ func configureTunnelL3(s *config.Spec) error {
 		defaults = append(defaults, netip.MustParsePrefix("::/0"))
 	}
 	for _, d := range defaults {
+		// Remove any other default route first (someone pointed it at
+		// another interface): the tunnel is the only way out.
+		old, _ := h.RouteListFiltered(nlFamily(d), &netlink.Route{Table: 254}, netlink.RT_FILTER_TABLE)
+		for _, r := range old {
+			if r.LinkIndex != link.Attrs().Index && (r.Dst == nil || prefixOf(r.Dst).Bits() == 0) {
+				h.RouteDel(&r)
+			}
+		}
 		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipnet(d), Scope: netlink.SCOPE_LINK}
 		if d.Addr().Is6() {
 			r.Scope = netlink.SCOPE_UNIVERSE
@@ -178,6 +186,13 @@ func deleteHostLink(hostIf string) error {
 		return nil
 	}
 	return netlink.LinkDel(l)
+}
+
+func nlFamily(p netip.Prefix) int {
+	if p.Addr().Is6() {
+		return netlink.FAMILY_V6
+	}
+	return netlink.FAMILY_V4
 }
 
 // disableIPv6 turns IPv6 off on an interface of the calling thread's

@@ -26,6 +26,9 @@ func (e *Engine) Repair(ctx context.Context, inst *Instance, problems []health.P
 	if has[health.TunnelMissing] || has[health.DataPlaneDead] {
 		errs = append(errs, wrap("repair tunnel", e.RepairTunnel(ctx, inst)))
 	}
+	if has[health.RoutesWrong] && !has[health.TunnelMissing] && !has[health.DataPlaneDead] {
+		errs = append(errs, wrap("repair routes", e.fixRoutes(inst)))
+	}
 	if has[health.HostLinkMissing] {
 		deleteHostLink(inst.Spec.HostLink.HostIf)
 		_, err := createHostLink(inst.Spec)
@@ -44,3 +47,6 @@ func wrap(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+// fixRoutes re-points the default routes at the tunnel.
+func (e *Engine) fixRoutes(inst *Instance) error { return configureTunnelL3(inst.Spec) }

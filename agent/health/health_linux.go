@@ -22,6 +22,7 @@ const (
 	DataPlaneDead         // userspace device stopped
 	HostLinkMissing
 	HostPolicyMissing
+	RoutesWrong // a default route does not point at the tunnel
 )
 
 // Problem is one thing wrong with a namespace.
@@ -62,6 +63,10 @@ func Check(s *config.Spec, t wireguard.Tunnel) []Problem {
 			add(TunnelMissing, "interface %s missing in namespace %s", s.Interface, s.Name)
 		case l.Attrs().Flags&1 == 0: // IFF_UP
 			add(TunnelMissing, "interface %s is down", s.Interface)
+		default:
+			if d := wrongDefaultRoutes(h, l.Attrs().Index, s.IPv6); d != "" {
+				add(RoutesWrong, "%s", d)
+			}
 		}
 		h.Close()
 	}
@@ -74,4 +79,36 @@ func Check(s *config.Spec, t wireguard.Tunnel) []Problem {
 		}
 	}
 	return out
+}
+
+// wrongDefaultRoutes describes default routes that do not point at the
+// tunnel (ifindex tun), or a missing one. The kill switch still blocks
+// such paths; the repair restores the tunnel as the way out.
+func wrongDefaultRoutes(h *netlink.Handle, tun int, v6 bool) string {
+	fams := []int{netlink.FAMILY_V4}
+	if v6 {
+		fams = append(fams, netlink.FAMILY_V6)
+	}
+	for _, fam := range fams {
+		routes, err := h.RouteListFiltered(fam, &netlink.Route{Table: 254}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return "cannot list routes: " + err.Error()
+		}
+		found := false
+		for _, r := range routes {
+			if r.Dst != nil {
+				if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+					continue
+				}
+			}
+			if r.LinkIndex != tun {
+				return fmt.Sprintf("a default route points at ifindex %d, not the tunnel", r.LinkIndex)
+			}
+			found = true
+		}
+		if !found {
+			return "default route through the tunnel is missing"
+		}
+	}
+	return ""
 }

@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"slices"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+)
+
+// Options configure a run. Zero values are filled from the profile.
+type Options struct {
+	Profile  string         // "quick" (default) or "sustained"
+	Backend  config.Backend // auto (default), kernel, userspace
+	Modes    []Mode         // nil: direct, tunnel, tunnel+policy (+ reference if wireguard-go is on PATH)
+	Samples  int            // rounds per workload
+	Duration time.Duration  // measured seconds per sample
+	// Omit is the iperf3 warm-up (-O) before the measured seconds; -1 (or
+	// any negative value) takes the profile's.
+	Omit         time.Duration
+	Streams      []int         // TCP parallel stream counts
+	UDPRate      string        // iperf3 -b for UDP, e.g. "100M"
+	UDPLen       int           // iperf3 -l for UDP: datagram payload bytes
+	PingInterval time.Duration // prober interval during loads
+	Workloads    []string      // nil: all (names as in Workloads, plus "updown")
+	UpDownCycles int           // up/down cycles per round and path
+	Shaping      string        // "auto": netem scenarios if available; "off"
+	MTU          int           // tunnel MTU
+
+	Out string // benchmark.json path
+	SVG string // chart path ("" : next to Out as benchmark.svg)
+
+	Progress io.Writer    // human progress lines (nil: discarded)
+	Log      *slog.Logger // setup/teardown log (nil: slog.Default())
+
+	// Paths of external tools (resolved from PATH by Normalize).
+	Iperf3, WireGuardGo, WG, IP, NFT, TC string
+}
+
+// Profile defaults.
+type profile struct {
+	samples  int
+	duration time.Duration
+	omit     time.Duration
+	streams  []int
+}
+
+var profiles = map[string]profile{
+	// quick matches .#vpn-benchmark: 3 samples of 3 s.
+	"quick": {3, 3 * time.Second, 1 * time.Second, []int{1, 4}},
+	// sustained matches .#vpn-benchmark-sustained: 30 s samples, 32 streams.
+	"sustained": {3, 30 * time.Second, 2 * time.Second, []int{1, 32}},
+}
+
+// Normalize validates o, applies the profile's defaults and finds the
+// external tools. It changes nothing on the system.
+func (o *Options) Normalize() error {
+	if o.Profile == "" {
+		o.Profile = "quick"
+	}
+	p, ok := profiles[o.Profile]
+	if !ok {
+		return fmt.Errorf("--profile: unknown profile %q (use quick or sustained)", o.Profile)
+	}
+	if o.Samples == 0 {
+		o.Samples = p.samples
+	}
+	if o.Duration == 0 {
+		o.Duration = p.duration
+	}
+	if o.Omit < 0 {
+		o.Omit = p.omit
+	}
+	if o.Streams == nil {
+		o.Streams = p.streams
+	}
+	switch {
+	case o.Samples < 1 || o.Samples > 100:
+		return fmt.Errorf("--samples: %d is out of range (1–100)", o.Samples)
+	case o.Duration < time.Second || o.Duration%time.Second != 0:
+		return fmt.Errorf("--duration: %s must be whole seconds, at least 1s", o.Duration)
+	case o.Omit%time.Second != 0:
+		return fmt.Errorf("--omit: %s must be whole seconds", o.Omit)
+	}
+	switch o.Backend {
+	case "":
+		o.Backend = config.BackendAuto
+	case config.BackendAuto, config.BackendKernel, config.BackendUserspace:
+	default:
+		return fmt.Errorf("--backend: unknown backend %q (use auto, kernel or userspace)", o.Backend)
+	}
+	if o.UDPRate == "" {
+		o.UDPRate = "100M"
+	}
+	if o.MTU == 0 {
+		o.MTU = config.DefaultMTU
+	}
+	if o.UDPLen == 0 {
+		// The largest payload that fits the tunnel MTU unfragmented
+		// (IPv4 20 + UDP 8 bytes of headers); the same on every mode.
+		o.UDPLen = o.MTU - 28
+	}
+	if o.PingInterval == 0 {
+		o.PingInterval = 20 * time.Millisecond
+	}
+	if o.UpDownCycles == 0 {
+		o.UpDownCycles = 10
+	}
+	if o.Shaping == "" {
+		o.Shaping = "auto"
+	}
+	if o.Shaping != "auto" && o.Shaping != "off" {
+		return fmt.Errorf("--shaping: use auto or off, not %q", o.Shaping)
+	}
+	if o.Out == "" {
+		o.Out = "benchmark.json"
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return o.findTools()
+}
+
+func (o *Options) findTools() error {
+	need := map[string]*string{"iperf3": &o.Iperf3, "ip": &o.IP, "nft": &o.NFT}
+	for name, dst := range need {
+		if *dst != "" {
+			continue
+		}
+		p, err := exec.LookPath(name)
+		if err != nil {
+			return fmt.Errorf("%s not found on PATH: the bench needs it (install %s)", name, name)
+		}
+		*dst = p
+	}
+	for name, dst := range map[string]*string{"wireguard-go": &o.WireGuardGo, "wg": &o.WG, "tc": &o.TC} {
+		if *dst == "" {
+			*dst, _ = exec.LookPath(name)
+		}
+	}
+	stock := o.WireGuardGo != "" && o.WG != ""
+	if o.Modes == nil {
+		o.Modes = []Mode{ModeDirect, ModeTunnel, ModePolicy}
+		if stock {
+			o.Modes = append(o.Modes, ModeReference)
+		}
+	}
+	if slices.Contains(o.Modes, ModeReference) && !stock {
+		return fmt.Errorf("--modes: reference needs the stock wireguard-go and wg on PATH")
+	}
+	return nil
+}
+
+// HasMode reports whether m is measured.
+func (o *Options) HasMode(m Mode) bool { return slices.Contains(o.Modes, m) }

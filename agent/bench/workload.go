@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Mode is one way of reaching the same server from the same machine.
+type Mode string
+
+// The modes, measured in one run against one peer.
+const (
+	// ModeDirect: the client in the underlay namespace talks to the
+	// provider over the same veth the tunnel's UDP uses, unencrypted.
+	ModeDirect Mode = "direct"
+	// ModeTunnel: the client in the confined namespace, through the
+	// agent's WireGuard tunnel, kill switch removed.
+	ModeTunnel Mode = "tunnel"
+	// ModePolicy: as ModeTunnel with the kill-switch table loaded.
+	ModePolicy Mode = "tunnel+policy"
+	// ModeReference: the same path through a tunnel run by the stock
+	// wireguard-go binary, configured with wg (kill switch removed).
+	ModeReference Mode = "reference"
+)
+
+// AllModes lists the modes in their canonical order.
+var AllModes = []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeReference}
+
+// ParseModes parses a comma-separated mode list.
+func ParseModes(s string) ([]Mode, error) {
+	var out []Mode
+	for _, f := range strings.Split(s, ",") {
+		m := Mode(strings.TrimSpace(f))
+		if m == "" {
+			continue
+		}
+		if !slices.Contains(AllModes, m) {
+			return nil, fmt.Errorf("--modes: unknown mode %q (use direct, tunnel, tunnel+policy, reference)", m)
+		}
+		if slices.Contains(out, m) {
+			return nil, fmt.Errorf("--modes: %q given twice", m)
+		}
+		out = append(out, m)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--modes: no mode given")
+	}
+	return out, nil
+}
+
+// Kind is what a workload measures.
+type Kind string
+
+// Workload kinds.
+const (
+	KindTCP  Kind = "tcp"  // iperf3 TCP throughput
+	KindUDP  Kind = "udp"  // iperf3 UDP at a fixed offered rate
+	KindPing Kind = "ping" // ICMP echo latency with no load
+	KindRR   Kind = "rr"   // TCP request/response latency, 64-byte messages
+)
+
+// Load describes an iperf3 load.
+type Load struct {
+	UDP     bool `json:"udp,omitempty"`
+	Streams int  `json:"streams"`
+	Reverse bool `json:"reverse,omitempty"` // download (-R): server sends
+}
+
+// Workload is one measured thing; every mode runs it in the same rounds.
+type Workload struct {
+	Name string `json:"name"`
+	Kind Kind   `json:"kind"`
+	Load Load   `json:"load"`
+	// Shaping names the netem scenario the workload runs under ("" for
+	// none: the throughput ceiling).
+	Shaping string `json:"shaping,omitempty"`
+}
+
+// UpDownWorkload is the name of the up/down timing in summaries.
+const UpDownWorkload = "updown"
+
+// Workloads returns the workloads for the given TCP stream counts, in
+// execution order.
+func Workloads(streams []int) []Workload {
+	var out []Workload
+	for _, n := range streams {
+		for _, rev := range []bool{false, true} {
+			out = append(out, Workload{Name: loadName("tcp", n, rev), Kind: KindTCP, Load: Load{Streams: n, Reverse: rev}})
+		}
+	}
+	for _, rev := range []bool{false, true} {
+		out = append(out, Workload{Name: loadName("udp", 0, rev), Kind: KindUDP, Load: Load{UDP: true, Streams: 1, Reverse: rev}})
+	}
+	out = append(out,
+		Workload{Name: "ping-idle", Kind: KindPing},
+		Workload{Name: "rr64", Kind: KindRR},
+	)
+	return out
+}
+
+func loadName(proto string, streams int, reverse bool) string {
+	dir := "up"
+	if reverse {
+		dir = "down"
+	}
+	if proto == "udp" {
+		return "udp-" + dir
+	}
+	return fmt.Sprintf("%s%d-%s", proto, streams, dir)
+}
+
+// FilterWorkloads keeps the named workloads (all if names is empty);
+// unknown names are an error. UpDownWorkload is accepted and ignored here.
+func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []Workload
+	for _, n := range names {
+		if n == UpDownWorkload {
+			continue
+		}
+		i := slices.IndexFunc(all, func(w Workload) bool { return w.Name == n })
+		if i < 0 {
+			var known []string
+			for _, w := range all {
+				known = append(known, w.Name)
+			}
+			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s)", n, strings.Join(known, ", "), UpDownWorkload)
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
+}
