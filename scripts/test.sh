@@ -23,7 +23,13 @@ if [ -n "$bad" ]; then echo "gofmt needed: $bad" >&2; exit 1; fi
 go vet ./...
 
 step "unit and end-to-end tests"
-go test -count=1 -timeout 20m ./...
+report=$(mktemp -d)
+trap 'rm -rf "$report"' EXIT
+VPNC_MATRIX_REPORT="$report/leak-matrix.txt" go test -count=1 -timeout 20m ./...
+if [ -s "$report/leak-matrix.txt" ]; then
+  step "leak matrix (tests/e2e)"
+  cat "$report/leak-matrix.txt"
+fi
 
 step "fuzz the parsers"
 ft=${VPNC_FUZZTIME:-15s}
