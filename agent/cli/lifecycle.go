@@ -27,14 +27,10 @@ func cmdRun(args []string, out io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
-	log := newLogger(*level, *format)
-	s, err := loadSpec(*cfg, false)
+	log, s, eng, abs, err := prepare(*cfg, *level, *format)
 	if err != nil {
 		return fail(err)
 	}
-	logWarnings(log, s)
-	eng := newEngine(log)
-	abs, _ := filepath.Abs(*cfg)
 	if err := daemon.Run(context.Background(), eng, s, daemon.Options{ConfigPath: abs, Interval: *interval, Log: log}); err != nil {
 		return fail(err)
 	}
@@ -48,18 +44,14 @@ func cmdUp(args []string, out io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
-	log := newLogger(*level, *format)
-	s, err := loadSpec(*cfg, false)
+	_, s, eng, abs, err := prepare(*cfg, *level, *format)
 	if err != nil {
 		return fail(err)
 	}
-	logWarnings(log, s)
-	eng := newEngine(log)
 	backend, err := eng.Backend(s)
 	if err != nil {
 		return fail(err)
 	}
-	abs, _ := filepath.Abs(*cfg)
 	if backend == config.BackendUserspace {
 		// An agent already holding the namespace is the converged state.
 		if l, err := engine.TryLock(s.Name); errors.Is(err, engine.ErrBusy) {
@@ -103,16 +95,28 @@ func cmdDown(args []string, out io.Writer) int {
 	return ExitOK
 }
 
+// prepare is what run and up share: a logger, the resolved config (its
+// warnings logged), an engine and the config's absolute path for state.
+func prepare(cfg, level, format string) (*slog.Logger, *config.Spec, *engine.Engine, string, error) {
+	log := newLogger(level, format)
+	s, err := loadSpec(cfg, false)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	for _, w := range s.Warnings {
+		log.Warn("wg-quick file", "ignored", w)
+	}
+	abs, err := filepath.Abs(cfg)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	return log, s, newEngine(log), abs, nil
+}
+
 func newEngine(log *slog.Logger) *engine.Engine {
 	e := &engine.Engine{Log: log}
 	e.AfterStep = faultHook()
 	return e
-}
-
-func logWarnings(log *slog.Logger, s *config.Spec) {
-	for _, w := range s.Warnings {
-		log.Warn("wg-quick file", "ignored", w)
-	}
 }
 
 // faultHook is for the fault-injection tests only, and only when
