@@ -722,6 +722,8 @@ in
             # restarted, with it.
             bindsTo = [ agent ];
             after = [ agent ];
+            # `systemctl restart` of the agent restarts the service with it.
+            partOf = [ agent ];
             serviceConfig = {
               NetworkNamespacePath = netnsPath nsName;
               BindReadOnlyPaths = [
@@ -819,6 +821,10 @@ in
         unitConfig = {
           StartLimitIntervalSec = 120;
           StartLimitBurst = 10;
+          # BindsTo= stops the confined services when the agent fails;
+          # Upholds= starts them again once the agent is back (after an
+          # automatic restart, which PartOf= does not cover).
+          Upholds = map (s: "${s}.service") (servicesOf name);
         };
         serviceConfig = {
           Type = "notify";
