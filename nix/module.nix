@@ -724,6 +724,11 @@ in
             after = [ agent ];
             # `systemctl restart` of the agent restarts the service with it.
             partOf = [ agent ];
+            # BindsTo= stops the service when the agent fails; the agent
+            # upholding it starts it again once the agent's automatic
+            # restart brought the namespace back (PartOf= covers only
+            # explicit restarts). Declared here, as the agent's Upholds=.
+            upheldBy = [ agent ];
             serviceConfig = {
               NetworkNamespacePath = netnsPath nsName;
               BindReadOnlyPaths = [
@@ -821,10 +826,6 @@ in
         unitConfig = {
           StartLimitIntervalSec = 120;
           StartLimitBurst = 10;
-          # BindsTo= stops the confined services when the agent fails;
-          # Upholds= starts them again once the agent is back (after an
-          # automatic restart, which PartOf= does not cover).
-          Upholds = map (s: "${s}.service") (servicesOf name);
         };
         serviceConfig = {
           Type = "notify";

@@ -86,6 +86,7 @@ let
       requires = listOpt;
       bindsTo = listOpt;
       partOf = listOpt;
+      upheldBy = listOpt;
       after = listOpt;
       before = listOpt;
       path = mkOption {
@@ -254,10 +255,12 @@ let
     name: u:
     "# ${name}.service"
     + lib.optionalString (u.wantedBy != [ ]) " (wanted by ${lib.concatStringsSep ", " u.wantedBy})"
+    + lib.optionalString (u.upheldBy != [ ]) " (upheld by ${lib.concatStringsSep ", " u.upheldBy})"
     + "\n[Unit]\n"
     + lib.optionalString (u.description != "") "Description=${u.description}\n"
     + depLine "Wants" u.wants
     + depLine "BindsTo" u.bindsTo
+    + depLine "PartOf" u.partOf
     + depLine "After" u.after
     + depLine "Before" u.before
     + renderSection u.unitConfig

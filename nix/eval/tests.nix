@@ -119,6 +119,8 @@ let
               wants = listOpt;
               requires = listOpt;
               bindsTo = listOpt;
+              partOf = listOpt;
+              upheldBy = listOpt;
               after = listOpt;
               before = listOpt;
               serviceConfig = section;
