@@ -5,7 +5,10 @@
 # nftables, packet captures), short fuzz runs, the Nix checks and the
 # Debian-under-qemu VM tier (kernel WireGuard + systemd).
 #   VPNC_WITH_VM=0   skip the VM tier
-#   VPNC_FUZZTIME=Ns fuzz time per parser (default 15s)
+#   VPNC_FUZZTIME=N  fuzz executions per parser (default 100000x). A count, not a
+#                    duration: Go 1.26's fuzz coordinator can report a spurious
+#                    "context deadline exceeded" when a duration expires under
+#                    load (golang/go#75804); a count has no deadline to race.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then
@@ -32,7 +35,7 @@ if [ -s "$report/leak-matrix.txt" ]; then
 fi
 
 step "fuzz the parsers"
-ft=${VPNC_FUZZTIME:-15s}
+ft=${VPNC_FUZZTIME:-100000x}
 go test ./agent/wgquick -run '^$' -fuzz '^FuzzParse$' -fuzztime "$ft"
 go test ./agent/config -run '^$' -fuzz '^FuzzConfig$' -fuzztime "$ft"
 
