@@ -6,6 +6,8 @@
 # the second over the first), holding
 #   /opt/vpnc/bin/vpn-agent               go build ./agent/cmd/vpn-agent (if it has Go files;
 #                                         symlinked from /usr/bin and /usr/local/bin)
+#   /opt/vpnc/bin/provider                go build ./tests/cmd/provider (the e2e harness's
+#                                         WireGuard provider / logging decoy; $VPN_E2E_PROVIDER)
 #   /opt/vpnc/tests/<name>/<name>.test    go test -c of each package in $VMTEST_PKGS,
 #                                         with the package's testdata/ beside it
 #   /opt/vpnc/tests/*.sh                  tests/vm/guest/*.sh (shell tests), if any
@@ -102,6 +104,13 @@ elif [ "${VMTEST_REQUIRE_AGENT:-0}" = 1 ]; then
 	die "agent/cmd/vpn-agent has no Go files"
 else
 	log "agent/cmd/vpn-agent has no Go files yet: not injected"
+fi
+
+# --- test helper: the e2e harness's provider/decoy binary --------------------------------
+if compgen -G "tests/cmd/provider/*.go" >/dev/null; then
+	log "go build ./tests/cmd/provider -> /opt/vpnc/bin/provider"
+	go build -trimpath -o "$R/opt/vpnc/bin/provider" ./tests/cmd/provider ||
+		die "go build ./tests/cmd/provider failed"
 fi
 
 # --- guest test binaries -----------------------------------------------------------------

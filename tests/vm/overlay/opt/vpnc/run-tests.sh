@@ -18,6 +18,8 @@ VMTEST_PROFILE=0
 # shellcheck disable=SC1091
 [ -r /opt/vpnc/env ] && . /opt/vpnc/env
 export VPNC_VM_GUEST=1 VPNC_AGENT=/opt/vpnc/bin/vpn-agent VPNC_DIST=/opt/vpnc/dist
+# Prebuilt binaries for the e2e harness (tests/e2e honours both; there is no Go toolchain here).
+export VPN_E2E_AGENT=/opt/vpnc/bin/vpn-agent VPN_E2E_PROVIDER=/opt/vpnc/bin/provider
 export PATH=/opt/vpnc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root GOTRACEBACK=all
 
