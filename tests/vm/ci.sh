@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The VM tier as CI runs it (.ci/run calls this): build or reuse the cached Debian image,
 # build the agent and the guest test binaries, boot the VM under qemu TCG, run the tests
-# under systemd, print the results and a closing summary line
+# under systemd, print the results, then
+#   vm-tier: image .. s, build + boot + tests .. s, total .. s; logs in ...
 #   vm-tier: N passed, N failed, N skipped
-# Exits with the guest's result (0 only when every guest test passed).
+# and, last, the tier's one-line summary, aggregated from the guest tests' "vmsummary:" lines:
+#   vm tier: kernel backend ok, N leak states × M probes, 0 leaks, systemd checks K/K
+# Exits 0 only when every guest test passed AND every count is there: the kernel backend
+# check, each leak state in REQUIRED_LEAK_STATES with its probes and zero leaks, and each
+# systemd check in REQUIRED_SYSTEMD_CHECKS ok. With VMTEST_RUN set (a partial run) the
+# summary covers what ran and missing counts do not fail the run.
 # Environment: see build-image.sh and run.sh (VMTEST_TIMEOUT, VMTEST_PKGS, ...).
 set -uo pipefail
 
@@ -12,10 +18,16 @@ export VMTEST_LOGDIR=${VMTEST_LOGDIR:-$SCRIPT_DIR/out}
 mkdir -p "$VMTEST_LOGDIR"
 rm -f "$VMTEST_LOGDIR/summary"
 
+# What the issue requires of the tier (tests/vm/guest: leakmatrix_test.go, systemd_confine_test.go).
+REQUIRED_LEAK_STATES="healthy peer-unreachable peer-stopped wg-link-deleted agent-sigkilled policy-table-deleted"
+REQUIRED_SYSTEMD_CHECKS="starts-after-ready namespace-resolv-conf stops-with-agent stops-on-agent-sigkill
+	dns-nscd-no-leak dns-resolved-no-leak restart-no-leak upholds-after-sigkill"
+
 T0=$(date +%s)
 if ! IMG=$("$SCRIPT_DIR/build-image.sh" --print-dir); then
 	echo "vm-tier: the VM image could not be built (see [vm-image] above)"
 	echo "vm-tier: 0 passed, 1 failed"
+	echo "vm tier: FAIL: no image"
 	exit 1
 fi
 T1=$(date +%s)
@@ -30,4 +42,59 @@ if [ "$rc" != 0 ] && [[ $summary == *" 0 failed"* ]]; then
 fi
 echo "vm-tier: image $((T1 - T0)) s ($(basename "$IMG")), build + boot + tests $((T2 - T1)) s, total $((T2 - T0)) s; logs in $VMTEST_LOGDIR"
 echo "vm-tier: $summary"
+
+# --- the one-line summary ----------------------------------------------------------------
+results=$VMTEST_LOGDIR/results.log
+vms=$(tr -d '\r' <"$results" 2>/dev/null | sed -n 's/^vmsummary: //p')
+problems=()
+partial=0
+[ -z "${VMTEST_RUN:-}" ] || partial=1
+
+kernel="kernel backend MISSING"
+if grep -q '^kernel-backend ok' <<<"$vms"; then kernel="kernel backend ok"
+elif [ "$partial" = 1 ]; then kernel="kernel backend not run"
+else problems+=("kernel backend check missing"); fi
+
+nstates=0 probes="" leaks=0
+for st in $REQUIRED_LEAK_STATES; do
+	line=$(grep -E "^leakstate $st " <<<"$vms" | tail -n1)
+	if [ -z "$line" ]; then
+		[ "$partial" = 1 ] || problems+=("leak state $st missing")
+		continue
+	fi
+	p=$(sed -n 's/.* probes=\([0-9]*\).*/\1/p' <<<"$line")
+	l=$(sed -n 's/.* leaks=\([0-9]*\).*/\1/p' <<<"$line")
+	if [ -z "$p" ] || [ "$p" = 0 ] || [ -z "$l" ]; then
+		problems+=("leak state $st: no probe count")
+		continue
+	fi
+	nstates=$((nstates + 1))
+	leaks=$((leaks + l))
+	[ "$l" = 0 ] || problems+=("leak state $st: $l leaks")
+	case " $probes " in *" $p "*) ;; *) probes="${probes:+$probes/}$p" ;; esac
+done
+[ "$leaks" = 0 ] || problems+=("$leaks leaks")
+
+ktotal=0 kok=0
+for c in $REQUIRED_SYSTEMD_CHECKS; do
+	line=$(grep -E "^systemd-check $c " <<<"$vms" | tail -n1)
+	if [ -z "$line" ]; then
+		[ "$partial" = 1 ] || { ktotal=$((ktotal + 1)); problems+=("systemd check $c missing"); }
+		continue
+	fi
+	ktotal=$((ktotal + 1))
+	if [ "${line##* }" = ok ]; then kok=$((kok + 1)); else problems+=("systemd check $c failed"); fi
+done
+
+[ "$rc" = 0 ] || problems+=("guest tests failed (rc=$rc)")
+line="$kernel, $nstates leak states × ${probes:-0} probes, $leaks leaks, systemd checks $kok/$ktotal"
+if [ ${#problems[@]} -gt 0 ]; then
+	echo "vm tier: problems: $(IFS=';'; echo "${problems[*]}" | sed 's/;/; /g')"
+	echo "vm tier: FAIL: $line"
+	[ "$rc" != 0 ] || rc=1
+elif [ "$partial" = 1 ]; then
+	echo "vm tier: partial run (VMTEST_RUN=$VMTEST_RUN): $line"
+else
+	echo "vm tier: $line"
+fi
 exit "$rc"

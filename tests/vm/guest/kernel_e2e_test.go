@@ -93,6 +93,7 @@ func (m *linkMonitor) stop() string {
 //	[confined: lo, vc-NAME] ..(socket in host ns).. host up0 198.18.1.2 -- inet -- prov up0 198.18.2.2 [wgp 198.19.66.1: DNS, echo]
 func TestKernelBackendEndToEnd(t *testing.T) {
 	requireHarness(t)
+	t.Parallel()
 	tp := newKernelTopo(t)
 	path, cfg := tp.AgentConfig(t, topo.AgentOptions{Backend: "auto"})
 	name, iface := cfg.Name, "vc-"+cfg.Name

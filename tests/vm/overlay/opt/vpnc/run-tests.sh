@@ -49,6 +49,9 @@ for t in /opt/vpnc/tests/*/*.test /opt/vpnc/tests/*.sh; do
 	if [[ $t == *.test ]]; then
 		args=(-test.v "-test.timeout=${VMTEST_TEST_TIMEOUT}s")
 		[ -n "$VMTEST_RUN" ] && args+=("-test.run=$VMTEST_RUN")
+		# The heavy guest tests (leak matrix states, systemd checks) are parallel and mostly
+		# wait (handshakes, RestartSec=, probe timeouts): 3 at a time on the 2 vCPUs.
+		[[ " $VMTEST_ARGS " == *" -test.parallel"* ]] || args+=(-test.parallel=3)
 		# shellcheck disable=SC2206
 		[ -n "$VMTEST_ARGS" ] && args+=($VMTEST_ARGS)
 		(cd "$(dirname "$t")" && timeout -k 10 $((VMTEST_TEST_TIMEOUT + 30)) "$t" "${args[@]}") 2>&1 | tee "$log"

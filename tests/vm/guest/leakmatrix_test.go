@@ -1,0 +1,283 @@
+package guest
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+)
+
+// kernelConfined is an agent (kernel backend, host link with a published port) confining a
+// namespace of a kernelTopo.
+type kernelConfined struct {
+	tp   *kernelTopo
+	ag   agentproc.Agent
+	d    *agentproc.Daemon
+	name string
+}
+
+func (c *kernelConfined) iface() string { return "vc-" + c.name }
+
+func startKernelConfined(t *testing.T) *kernelConfined {
+	t.Helper()
+	tp := newKernelTopo(t)
+	path, cfg := tp.AgentConfig(t, topo.AgentOptions{Backend: "auto", HostLink: true, PortMappings: map[int]int{8080: 80}})
+	c := &kernelConfined{tp: tp, ag: agentproc.Agent{Bin: agentBin, HostNS: tp.Host}, name: cfg.Name}
+	c.d = c.ag.Run(t, path)
+	if !nsutil.Mounted(c.name) {
+		t.Fatalf("READY=1 but /run/netns/%s is not a live namespace", c.name)
+	}
+	return c
+}
+
+func (c *kernelConfined) tunnelEcho(within time.Duration) probe.Result {
+	return eventually(within, func() probe.Result {
+		return probe.TCPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), marker("tunnel"))
+	})
+}
+
+// tableLoaded reports whether the kill switch table exists in the namespace.
+func (c *kernelConfined) tableLoaded() bool {
+	_, err := nsutil.Output(c.name, "nft", "list", "table", "inet", "vpn-confinement")
+	return err == nil
+}
+
+// vmLeakProbes tries every way out of ns that must stay closed whatever state the tunnel is
+// in: decoys on the "internet" over TCP, UDP, ICMP and DNS (IPv4 and IPv6), the host's own
+// addresses (uplink and host-link end), the LAN, multicast and broadcast.
+func vmLeakProbes(ns string) []probe.Result {
+	m := marker("leak")
+	q := func(server netip.AddrPort, network string, qt dnsmessage.Type) func() probe.Result {
+		return func() probe.Result { return probe.DNS(ns, server, network, topo.TargetName, qt) }
+	}
+	send := func(dst string) func() probe.Result {
+		return func() probe.Result { return probe.UDPSend(ns, netip.MustParseAddrPort(dst), m) }
+	}
+	hl := topo.HostLinkHost.Addr()
+	return probe.All(
+		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget4, 80)) },
+		func() probe.Result { return probe.TCPEcho(ns, ap(topo.DecoyTarget4, topo.EchoPort), m) },
+		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget6, 443)) },
+		func() probe.Result { return probe.UDPEcho(ns, ap(topo.DecoyTarget4, 443), m) },
+		func() probe.Result { return probe.UDPEcho(ns, ap(topo.DecoyTarget6, topo.EchoPort), m) },
+		func() probe.Result { return probe.Ping(ns, topo.DecoyTarget4) },
+		func() probe.Result { return probe.Ping(ns, topo.DecoyTarget6) },
+		func() probe.Result { return probe.Ping(ns, topo.HostUplink4) },
+		func() probe.Result { return probe.Ping(ns, hl) },
+		func() probe.Result { return probe.TCP(ns, ap(hl, 22)) },
+		func() probe.Result { return probe.TCP(ns, ap(topo.LANHost4, 22)) },
+		q(ap(topo.DecoyDNS4, 53), "udp", dnsmessage.TypeA),
+		q(ap(topo.DecoyDNS4, 53), "tcp", dnsmessage.TypeA),
+		q(ap(topo.DecoyDNS4, 853), "tcp", dnsmessage.TypeA),
+		q(ap(topo.DecoyDNS6, 53), "udp", dnsmessage.TypeAAAA),
+		send("224.0.0.251:5353"),
+		send("255.255.255.255:9"),
+		send("198.19.0.3:9"), // the host link's broadcast address
+	)
+}
+
+// hijackRoutes points the namespace's default routes at the host link, as a process with
+// CAP_NET_ADMIN inside could, and returns a func that restores the saved default routes.
+func hijackRoutes(t *testing.T, ns string) (restore func()) {
+	t.Helper()
+	var saved [][]string
+	for _, fam := range []string{"-4", "-6"} {
+		out, _ := nsutil.Output(ns, "ip", "-o", fam, "route", "show", "default")
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(line); len(f) > 0 {
+				saved = append(saved, append([]string{"ip", fam, "route", "replace"}, f...))
+			}
+		}
+	}
+	nsIf := "vn-" + ns
+	if _, err := nsutil.Output(ns, "ip", "route", "replace", "default", "via", topo.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
+		t.Logf("no escape route (the agent may be rebuilding): %v", err)
+	}
+	nsutil.Output(ns, "ip", "-6", "route", "replace", "default", "dev", nsIf) // IPv6 is off on the host link
+	return func() {
+		nsutil.Output(ns, "ip", "route", "del", "default", "dev", nsIf)
+		nsutil.Output(ns, "ip", "-6", "route", "del", "default", "dev", nsIf)
+		for _, argv := range saved {
+			nsutil.Output(ns, argv...)
+		}
+	}
+}
+
+// TestKernelLeakMatrix: the leak matrix's failure states on the kernel backend. Each state
+// gets a fresh topology whose provider runs kernel WireGuard and an agent (backend auto →
+// kernel, with a host link and a published port); the state is induced, then every leak
+// probe runs twice (the namespace's own routes, then its default routes hijacked onto the
+// host link) while AF_PACKET captures watch the host's uplink, its LAN link and the host
+// end of the host link. A leak is any probe that reaches its target, any packet on the
+// uplink other than WireGuard to the endpoint (and ICMP errors about it), anything on the
+// LAN link, anything the namespace sends onto the host link (except in policy-table-deleted,
+// where the kill switch is gone by construction and the host-side table must hold), and any
+// decoy hit. Positive controls per state: a datagram on each captured link, a decoy hit
+// from the LAN, and (healthy) traffic through the tunnel.
+func TestKernelLeakMatrix(t *testing.T) {
+	requireHarness(t)
+	t.Parallel()
+	type state struct {
+		name     string
+		breakIt  func(t *testing.T, c *kernelConfined) (after func())
+		deadPeer bool // tunnel probes must fail
+		live     bool // tunnel probes must pass (the tunnel is fine in this state)
+		vethOK   bool // the namespace may send on the host link (its kill switch is absent)
+		recover  bool // the agent repairs: the tunnel must work again afterwards
+	}
+	states := []state{
+		{name: "healthy", breakIt: func(*testing.T, *kernelConfined) func() { return nil }, live: true},
+		{name: "peer-unreachable", deadPeer: true, breakIt: func(t *testing.T, c *kernelConfined) func() {
+			c.tp.BlockWG(t)
+			return nil
+		}},
+		{name: "peer-stopped", deadPeer: true, breakIt: func(t *testing.T, c *kernelConfined) func() {
+			c.tp.Exec(t, c.tp.Prov, "ip", "link", "set", provWG, "down")
+			return nil
+		}},
+		{name: "wg-link-deleted", recover: true, breakIt: func(t *testing.T, c *kernelConfined) func() {
+			c.tp.Exec(t, c.name, "ip", "link", "del", c.iface())
+			return nil
+		}},
+		{name: "agent-sigkilled", breakIt: func(t *testing.T, c *kernelConfined) func() {
+			c.d.Kill()
+			if !nsutil.Mounted(c.name) || !c.tableLoaded() {
+				t.Errorf("after SIGKILL: namespace mounted=%v, kill switch loaded=%v (want both: fail closed)", nsutil.Mounted(c.name), c.tableLoaded())
+			}
+			return nil
+		}},
+		{name: "policy-table-deleted", vethOK: true, recover: true, breakIt: func(t *testing.T, c *kernelConfined) func() {
+			// Freeze the agent so the namespace really is without its table while the
+			// probes run; thawed afterwards, it must put the table back.
+			pid := c.d.Pid()
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			thawed := false
+			thaw := func() {
+				if !thawed {
+					thawed = true
+					syscall.Kill(pid, syscall.SIGCONT)
+				}
+			}
+			t.Cleanup(thaw)
+			c.tp.Exec(t, c.name, "nft", "delete", "table", "inet", "vpn-confinement")
+			if c.tableLoaded() {
+				t.Fatalf("kill switch table still loaded after nft delete table")
+			}
+			return func() {
+				thaw()
+				deadline := time.Now().Add(10 * time.Second)
+				for !c.tableLoaded() && time.Now().Before(deadline) {
+					time.Sleep(100 * time.Millisecond)
+				}
+				if !c.tableLoaded() {
+					t.Errorf("the agent did not restore the kill switch table within 10 s of SIGCONT\n%s", c.d.Output())
+				}
+			}
+		}},
+	}
+	for _, st := range states {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			c := startKernelConfined(t)
+			tp := c.tp
+			if r := c.tunnelEcho(5 * time.Second); !r.Reached() {
+				t.Fatalf("precondition: no traffic through the tunnel: %v\n%s", r, c.d.Output())
+			}
+			if st, _, err := c.ag.Status(c.name); err != nil || st["backend"] != "kernel" {
+				t.Fatalf("precondition: status backend %v (%v), want kernel", st["backend"], err)
+			}
+			hostIf := "vh-" + c.name
+			up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
+			lan := observe.Start(t, tp.Host, topo.HostLANIf, nil)
+			veth := observe.Start(t, tp.Host, hostIf, nil)
+
+			after := st.breakIt(t, c)
+
+			// Positive control for the decoy log, in this state.
+			dm := marker("decoy-control")
+			if r := probe.UDPEcho(tp.LAN, ap(topo.DecoyTarget4, topo.EchoPort), dm); !r.Reached() {
+				t.Fatalf("positive control: decoy echo from the LAN: %v", r)
+			}
+			if !slices.ContainsFunc(hits(t, tp.Decoy, 0), func(e provider.Event) bool { return e.Kind == provider.EvUDP && e.Len == len(dm) }) {
+				t.Fatalf("positive control: the decoy did not log the LAN's datagram")
+			}
+			mark := tp.Decoy.Mark()
+
+			var all []probe.Result
+			reached := 0
+			round := func(stage string) {
+				rs := vmLeakProbes(c.name)
+				all = append(all, rs...)
+				for _, r := range rs {
+					if r.Reached() {
+						reached++
+						t.Errorf("%s: LEAK: %v", stage, r)
+					}
+				}
+				tun := probe.TCPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), marker("t"))
+				switch {
+				case st.deadPeer && tun.Reached():
+					t.Errorf("%s: tunnel target reached with the tunnel broken: %v", stage, tun)
+				case st.live && stage == "own routes" && !tun.Reached():
+					t.Errorf("%s: positive control: the tunnel does not work in this state: %v", stage, tun)
+				}
+			}
+			round("own routes")
+			restore := hijackRoutes(t, c.name)
+			round("default route via the host link")
+			restore()
+
+			ctlUp := control(t, up, tp.Host, ap(topo.DecoyTarget4, topo.ControlPort))
+			ctlLAN := control(t, lan, tp.Host, ap(topo.LANHost4, topo.ControlPort))
+			ctlVeth := control(t, veth, tp.Host, netip.AddrPortFrom(topo.HostLinkNS.Addr(), topo.ControlPort))
+			badUp := unexpected(up.Stop(), observe.LinkNoise, wgTraffic, wgErrors, observe.Payload(ctlUp), observe.Payload(dm))
+			badLAN := unexpected(lan.Stop(), observe.LinkNoise, observe.Payload(ctlLAN), observe.Payload(dm))
+			vethPkts := unexpected(veth.Stop(), observe.LinkNoise, observe.Payload(ctlVeth))
+			dev := hits(t, tp.Decoy, mark)
+			if len(badUp) > 0 {
+				t.Errorf("LEAK on the host uplink:\n%s", observe.Dump(badUp))
+			}
+			if len(badLAN) > 0 {
+				t.Errorf("LEAK on the host's LAN link:\n%s", observe.Dump(badLAN))
+			}
+			badVeth := vethPkts
+			if st.vethOK {
+				t.Logf("without its kill switch the namespace sent %d packets onto the host link; the host-side table kept them there", len(vethPkts))
+				badVeth = nil
+			} else if len(badVeth) > 0 {
+				t.Errorf("the namespace sent on the host link (%s):\n%s", hostIf, observe.Dump(badVeth))
+			}
+			if len(dev) > 0 {
+				t.Errorf("LEAK: the decoys saw:\n%s", dumpEvents(dev))
+			}
+			if after != nil {
+				after()
+			}
+			if st.recover {
+				if r := c.tunnelEcho(10 * time.Second); !r.Reached() {
+					t.Errorf("the tunnel did not come back after the agent's repair: %v\n%s", r, c.d.Output())
+				}
+			}
+			if s, out, _ := c.ag.Status(c.name); s != nil {
+				t.Logf("status after: backend=%v healthy=%v agentRunning=%v problems=%v", s["backend"], s["healthy"], s["agentRunning"], s["problems"])
+			} else {
+				t.Logf("status after: %s", out.Stdout+out.Stderr)
+			}
+			leaks := reached + len(badUp) + len(badLAN) + len(badVeth) + len(dev)
+			vmsummary("leakstate %s probes=%d leaks=%d controls=ok", st.name, len(all), leaks)
+		})
+	}
+}
