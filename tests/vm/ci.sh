@@ -4,8 +4,10 @@
 # under systemd, print the results, then
 #   vm-tier: image .. s, build + boot + tests .. s, total .. s; logs in ...
 #   vm-tier: N passed, N failed, N skipped
-# and, last, the tier's one-line summary, aggregated from the guest tests' "vmsummary:" lines:
+# and, last, the tier's one-line summary, aggregated from the guest tests' "vmsummary:" lines
+# (and tests/e2e's "leak matrix:" line when its TestLeakMatrix ran in the VM):
 #   vm tier: kernel backend ok, N leak states × M probes, 0 leaks, systemd checks K/K
+#   vm tier: kernel backend ok, 10 leak states × 47 probes + 6 × 36, 0 leaks, systemd checks K/K
 # Exits 0 only when every guest test passed AND every count is there: the kernel backend
 # check, each leak state in REQUIRED_LEAK_STATES with its probes and zero leaks, and each
 # systemd check in REQUIRED_SYSTEMD_CHECKS ok. With VMTEST_RUN set (a partial run) the
@@ -73,6 +75,24 @@ for st in $REQUIRED_LEAK_STATES; do
 	[ "$l" = 0 ] || problems+=("leak state $st: $l leaks")
 	case " $probes " in *" $p "*) ;; *) probes="${probes:+$probes/}$p" ;; esac
 done
+# tests/e2e's leak matrix, when run.sh injected it (tests/e2e has TestLeakMatrix): its closing
+# line "leak matrix: P probes, S states, L leaks, ..." on the kernel backend.
+e2e=""
+if grep -q '^### e2e/e2e.test$' "$results" 2>/dev/null; then
+	e2eline=$(tr -d '\r' <"$results" | grep -E '^leak matrix: [0-9]+ probes, [0-9]+ states, [0-9]+ leaks' | tail -n1)
+	if [ -z "$e2eline" ]; then
+		[ "$partial" = 1 ] || problems+=("tests/e2e leak matrix: no closing line")
+	else
+		ep=$(sed -E 's/^leak matrix: ([0-9]+) probes.*/\1/' <<<"$e2eline")
+		es=$(sed -E 's/.* ([0-9]+) states.*/\1/' <<<"$e2eline")
+		el=$(sed -E 's/.* ([0-9]+) leaks.*/\1/' <<<"$e2eline")
+		tr -d '\r' <"$results" | grep -q '^leak matrix (backend kernel)' ||
+			problems+=("tests/e2e leak matrix did not run on the kernel backend")
+		[ "$el" = 0 ] || problems+=("tests/e2e leak matrix: $el leaks")
+		leaks=$((leaks + el))
+		e2e="$es leak states × $ep probes"
+	fi
+fi
 [ "$leaks" = 0 ] || problems+=("$leaks leaks")
 
 ktotal=0 kok=0
@@ -86,8 +106,14 @@ for c in $REQUIRED_SYSTEMD_CHECKS; do
 	if [ "${line##* }" = ok ]; then kok=$((kok + 1)); else problems+=("systemd check $c failed"); fi
 done
 
+# Any other check a guest test reported as failed (e.g. exec-check: vpn-agent exec).
+while read -r kind name _; do
+	[ -n "$kind" ] && [ "$kind" != systemd-check ] && problems+=("$kind $name failed")
+done < <(grep -E '^[a-z-]+ [^ ]+ FAIL' <<<"$vms")
 [ "$rc" = 0 ] || problems+=("guest tests failed (rc=$rc)")
-line="$kernel, $nstates leak states × ${probes:-0} probes, $leaks leaks, systemd checks $kok/$ktotal"
+states="$nstates leak states × ${probes:-0} probes"
+[ -z "$e2e" ] || states="$e2e + $nstates × ${probes:-0}"
+line="$kernel, $states, $leaks leaks, systemd checks $kok/$ktotal"
 if [ ${#problems[@]} -gt 0 ]; then
 	echo "vm tier: problems: $(IFS=';'; echo "${problems[*]}" | sed 's/;/; /g')"
 	echo "vm tier: FAIL: $line"

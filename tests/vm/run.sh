@@ -23,9 +23,13 @@
 #
 # Usage: run.sh [--image-dir DIR]
 # Environment (all optional):
-#   VMTEST_PKGS           Go packages to compile as guest test binaries
-#                         (default: every package under ./tests/vm/ that has tests)
+#   VMTEST_PKGS           Go packages to compile as guest test binaries (default: every
+#                         package under ./tests/vm/ that has tests, plus ./tests/e2e when it
+#                         has TestLeakMatrix: run there on the kernel backend)
 #   VMTEST_RUN            -test.run regexp for the Go test binaries
+#   VMTEST_RUN_<NAME>     -test.run for one binary when VMTEST_RUN is empty (NAME: its
+#                         name upper-cased, - as _; VMTEST_RUN_E2E defaults to ^TestLeakMatrix$
+#                         when tests/e2e has that test and VMTEST_PKGS is not set)
 #   VMTEST_ARGS           extra arguments for the Go test binaries (e.g. -test.short)
 #   VMTEST_TEST_TIMEOUT   per-binary timeout in the guest, seconds (default 300)
 #   VMTEST_TIMEOUT        hard timeout for the whole VM run, seconds (default 480)
@@ -114,8 +118,16 @@ if compgen -G "tests/cmd/provider/*.go" >/dev/null; then
 fi
 
 # --- guest test binaries -----------------------------------------------------------------
+VMTEST_E2E_MATRIX=0
 if [ -z "${VMTEST_PKGS:-}" ]; then
 	VMTEST_PKGS=$(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./tests/vm/...)
+	# The namespace suite's leak matrix on the kernel backend: tests/e2e's TestLeakMatrix
+	# (it honours VPNC_E2E_BACKEND, VPN_E2E_AGENT and VPN_E2E_PROVIDER; run-tests.sh sets them).
+	if grep -qs '^func TestLeakMatrix(' tests/e2e/*_test.go; then
+		VMTEST_PKGS+=" ./tests/e2e"
+		: "${VMTEST_RUN_E2E=^TestLeakMatrix\$}"
+		VMTEST_E2E_MATRIX=1
+	fi
 fi
 for pkg in $VMTEST_PKGS; do
 	dir=$(go list -f '{{.Dir}}' "$pkg") || die "go list $pkg failed"
@@ -153,6 +165,10 @@ fi
 	printf 'VMTEST_TEST_TIMEOUT=%q\n' "$VMTEST_TEST_TIMEOUT"
 	printf 'VMTEST_ARGS=%q\n' "${VMTEST_ARGS:-}"
 	printf 'VMTEST_PROFILE=%q\n' "${VMTEST_PROFILE:-0}"
+	printf 'VPNC_VM_E2E_MATRIX=%q\n' "$VMTEST_E2E_MATRIX"
+	# Per-binary -test.run filters (VMTEST_RUN_<NAME>, NAME the binary's upper-cased, e.g.
+	# VMTEST_RUN_E2E), used when VMTEST_RUN is empty.
+	for v in $(compgen -v VMTEST_RUN_); do printf '%s=%q\n' "$v" "${!v}"; done
 } >"$R/opt/vpnc/env"
 
 (cd "$R" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |

@@ -167,7 +167,9 @@ func TestKernelBackendEndToEnd(t *testing.T) {
 		rs = append(rs, r)
 	}
 	// glibc as an application sees it: vpn-agent exec, the namespace's resolv.conf.
+	hostResolvers.RLock() // not while the systemd checks run nscd/resolved (see there)
 	g := probe.Getent(tp.Host, agentBin, name, topo.TargetName)
+	hostResolvers.RUnlock()
 	if len(g.Addrs) == 0 || !slices.Contains([]netip.Addr{topo.ProvTunnel4, topo.ProvTunnel6}, g.Addrs[0]) {
 		g.Outcome = probe.Failed
 	}

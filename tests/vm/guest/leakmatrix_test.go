@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"encoding/json"
 	"net/netip"
 	"slices"
 	"strings"
@@ -45,6 +46,25 @@ func (c *kernelConfined) tunnelEcho(within time.Duration) probe.Result {
 	return eventually(within, func() probe.Result {
 		return probe.TCPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), marker("tunnel"))
 	})
+}
+
+// freeze stops the agent (SIGSTOP) so that a broken state stays broken while the probes
+// run; the returned func (also run at cleanup) lets it continue.
+func (c *kernelConfined) freeze(t *testing.T) (thaw func()) {
+	t.Helper()
+	pid := c.d.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw = func() {
+		if !thawed {
+			thawed = true
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(thaw)
+	return thaw
 }
 
 // tableLoaded reports whether the kill switch table exists in the namespace.
@@ -147,8 +167,11 @@ func TestKernelLeakMatrix(t *testing.T) {
 			return nil
 		}},
 		{name: "wg-link-deleted", recover: true, breakIt: func(t *testing.T, c *kernelConfined) func() {
+			// Frozen agent: the probes certainly run while the link is gone; thawed, the
+			// agent must rebuild it (born in the host namespace again).
+			thaw := c.freeze(t)
 			c.tp.Exec(t, c.name, "ip", "link", "del", c.iface())
-			return nil
+			return func() { thaw() }
 		}},
 		{name: "agent-sigkilled", breakIt: func(t *testing.T, c *kernelConfined) func() {
 			c.d.Kill()
@@ -158,31 +181,16 @@ func TestKernelLeakMatrix(t *testing.T) {
 			return nil
 		}},
 		{name: "policy-table-deleted", vethOK: true, recover: true, breakIt: func(t *testing.T, c *kernelConfined) func() {
-			// Freeze the agent so the namespace really is without its table while the
-			// probes run; thawed afterwards, it must put the table back.
-			pid := c.d.Pid()
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			thawed := false
-			thaw := func() {
-				if !thawed {
-					thawed = true
-					syscall.Kill(pid, syscall.SIGCONT)
-				}
-			}
-			t.Cleanup(thaw)
+			// Frozen agent: the namespace really is without its table while the probes run;
+			// thawed, the agent must put the table back.
+			thaw := c.freeze(t)
 			c.tp.Exec(t, c.name, "nft", "delete", "table", "inet", "vpn-confinement")
 			if c.tableLoaded() {
 				t.Fatalf("kill switch table still loaded after nft delete table")
 			}
 			return func() {
 				thaw()
-				deadline := time.Now().Add(10 * time.Second)
-				for !c.tableLoaded() && time.Now().Before(deadline) {
-					time.Sleep(100 * time.Millisecond)
-				}
-				if !c.tableLoaded() {
+				if !waitFor(10*time.Second, c.tableLoaded) {
 					t.Errorf("the agent did not restore the kill switch table within 10 s of SIGCONT\n%s", c.d.Output())
 				}
 			}
@@ -270,8 +278,15 @@ func TestKernelLeakMatrix(t *testing.T) {
 				if r := c.tunnelEcho(10 * time.Second); !r.Reached() {
 					t.Errorf("the tunnel did not come back after the agent's repair: %v\n%s", r, c.d.Output())
 				}
+				if d := c.tp.Exec(t, c.name, "ip", "-d", "link", "show", c.iface()); !strings.Contains(d, "wireguard") {
+					t.Errorf("after the repair %s is not kernel WireGuard:\n%s", c.iface(), d)
+				}
 			}
-			if s, out, _ := c.ag.Status(c.name); s != nil {
+			s, out, _ := c.ag.Status(c.name)
+			if s == nil {
+				json.Unmarshal([]byte(out.Stdout), &s) // exit 1 (degraded) still prints the report
+			}
+			if s != nil {
 				t.Logf("status after: backend=%v healthy=%v agentRunning=%v problems=%v", s["backend"], s["healthy"], s["agentRunning"], s["problems"])
 			} else {
 				t.Logf("status after: %s", out.Stdout+out.Stderr)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,15 +48,16 @@ const (
 )
 
 type sdFixture struct {
-	t        *testing.T
-	id       string
-	name     string // namespace
-	agent    string // vpn-agent@NAME.service
-	dir      string // /run/vmtest-NAME: scripts and outputs
-	tunnel   *topo.Process
-	resolver *topo.Process // the host resolver decoy
-	pre      string        // confined long-running service that records what it saw at start
-	loop     string        // confined service running a TCP echo loop through the tunnel
+	t            *testing.T
+	id           string
+	name         string // namespace
+	agent        string // vpn-agent@NAME.service
+	dir          string // /run/vmtest-NAME: scripts and outputs
+	tunnel       *topo.Process
+	resolver     *topo.Process // the host resolver decoy
+	resolverHeld bool          // hostResolvers is locked by this fixture
+	pre          string        // confined long-running service that records what it saw at start
+	loop         string        // confined service running a TCP echo loop through the tunnel
 }
 
 // names the decoy and the tunnel's resolver know: <what>.<id>.vmtest
@@ -105,7 +107,7 @@ func newSDFixture(t *testing.T) *sdFixture {
 	// Servers: the tunnel's resolver and echo; the host's resolver (decoy).
 	tunZone := map[string][]string{}
 	decoyZone := map[string][]string{}
-	for _, w := range []string{"nscd", "nscd-ns", "nscd-ctl", "resolved", "resolved-ns", "resolved-ctl", "resolved-fix", "target"} {
+	for _, w := range []string{"nscd", "nscd-ns", "nscd-ctl", "resolved", "resolved-ns", "resolved-ctl", "resolved-fix", "nscd-exec", "resolved-exec", "resolved-exec-nss", "nscd-exec-fix", "resolved-exec-fix", "resolved-exec-nss-fix", "target"} {
 		tunZone[f.qname(w)] = []string{sdTunSrv.String()}
 		decoyZone[f.qname(w)] = []string{sdDecoyAns.String()}
 	}
@@ -220,6 +222,7 @@ func (f *sdFixture) startProc(name string, cfg *provider.Config) *topo.Process {
 }
 
 func (f *sdFixture) cleanup() {
+	defer f.hostResolver(f.t, "")
 	units := []string{f.pre, f.loop, f.agent}
 	out, _ := runErr("systemctl", "list-units", "--all", "--plain", "--no-legend", "vmtest-*-"+f.name+"*")
 	for _, l := range strings.Split(out, "\n") {
@@ -532,16 +535,26 @@ func TestSystemdConfinement(t *testing.T) {
 		if active(f.agent) != "active" {
 			f.startUnit(t, f.agent)
 		}
+		f.hostResolver(t, "nscd")
 		run(t, "systemctl", "start", "nscd.service")
 		if _, err := os.Stat("/run/nscd/socket"); err != nil {
 			t.Fatalf("nscd runs but /run/nscd/socket: %v", err)
 		}
 		f.dnsCheck(t, "nscd")
-		// nscd reloads expired entries (reload-count) and the decoy's TTL is 5 s: the
-		// controls' names would keep crossing the uplink during the next checks.
-		runErr("nscd", "-i", "hosts")
-		run(t, "systemctl", "stop", "nscd.service")
 	})
+	// `vpn-agent exec NAME -- CMD` promises the namespace's resolvers, never the host's: with
+	// nscd running, glibc asks nscd before reading resolv.conf.
+	execCheck(t, "exec-nscd-no-leak", func(t *testing.T) {
+		if active("nscd.service") != "active" {
+			t.Skip("nscd is not running (dns-nscd-no-leak did not get that far)")
+		}
+		f.execLookup(t, "nscd-exec")
+	})
+	// nscd reloads expired entries (reload-count) and the decoy's TTL is 5 s: the controls'
+	// names would keep crossing the uplink during the next checks.
+	runErr("nscd", "-i", "hosts")
+	runErr("systemctl", "stop", "nscd.service")
+	f.hostResolver(t, "")
 
 	// Semantic 2 + no gap: systemctl restart of the agent while a confined service's traffic
 	// runs. PartOf= restarts the service with it; the uplink carries only WireGuard; a
@@ -663,7 +676,7 @@ func TestSystemdConfinement(t *testing.T) {
 
 	// Semantic 4 with systemd-resolved as the host's resolver (stub resolv.conf, nss-resolve).
 	check(t, "dns-resolved-no-leak", func(t *testing.T) {
-		run(t, "systemctl", "stop", "nscd.service")
+		f.hostResolver(t, "resolved")
 		writeFile(t, "/run/systemd/resolved.conf.d/vmtest.conf",
 			"[Resolve]\nDNS="+sdResolver.String()+"\nDNSSEC=no\nLLMNR=no\nMulticastDNS=no\nCache=no\n")
 		run(t, "/opt/vpnc/bin/vpnc-enable-resolved")
@@ -678,7 +691,104 @@ func TestSystemdConfinement(t *testing.T) {
 		}
 		f.dnsCheck(t, "resolved")
 	})
+	// vpn-agent exec on the resolved host: the plain lookup, and one forced through
+	// nss-resolve (what any program that talks to resolved over its varlink or D-Bus API does).
+	execCheck(t, "exec-resolved-no-leak", func(t *testing.T) {
+		if active("systemd-resolved.service") != "active" {
+			t.Skip("systemd-resolved is not running (dns-resolved-no-leak did not get that far)")
+		}
+		f.execLookup(t, "resolved-exec")
+		f.execLookup(t, "resolved-exec-nss", "-s", "hosts:resolve")
+	})
+	runErr("/opt/vpnc/bin/vpnc-enable-resolved", "--undo")
+	f.hostResolver(t, "")
 }
+
+// hostResolvers is held (write) while the systemd checks run a host resolver daemon (nscd,
+// systemd-resolved) and point the VM's resolver at the decoy; tests that resolve names with
+// glibc elsewhere (vpn-agent exec getent) hold it for reading, so that no lookup of theirs
+// lands in those windows (through the bug exec-nscd-no-leak shows, it would).
+var hostResolvers sync.RWMutex
+
+// hostResolver takes hostResolvers for daemon ("nscd", "resolved") or releases it ("").
+func (f *sdFixture) hostResolver(t *testing.T, daemon string) {
+	if daemon == "" {
+		if f.resolverHeld {
+			f.resolverHeld = false
+			hostResolvers.Unlock()
+		}
+		return
+	}
+	if !f.resolverHeld {
+		hostResolvers.Lock()
+		f.resolverHeld = true
+	}
+}
+
+// execCheck runs a check of `vpn-agent exec` and reports it for the tier summary.
+func execCheck(t *testing.T, name string, fn func(t *testing.T)) {
+	t.Helper()
+	ran, skipped := false, false
+	ok := t.Run(name, func(t *testing.T) {
+		ran = true
+		defer func() { skipped = t.Skipped() }()
+		fn(t)
+	})
+	switch {
+	case !ran || skipped:
+	case ok:
+		vmsummary("exec-check %s ok", name)
+	default:
+		vmsummary("exec-check %s FAIL", name)
+	}
+}
+
+// execLookup runs `vpn-agent exec NAME -- getent [args] hosts <what>.<id>.vmtest` from the
+// host and fails t if the lookup went anywhere but the tunnel: a decoy hit, anything on the
+// uplink but WireGuard, or the decoy's answer. (A lookup forced through nss-resolve may fail;
+// it must not leak.)
+//
+// Then the same lookup (name <what>-fix) with the fix proposed for exec: in its private mount
+// namespace, the host resolvers' IPC made inaccessible as the drop-in does (emulated here by
+// running vpn-agent exec inside `unshare -m` with those mounts made first; exec's own mount
+// namespace inherits them).
+func (f *sdFixture) execLookup(t *testing.T, what string, args ...string) {
+	t.Helper()
+	for _, fixed := range []bool{false, true} {
+		q, label := f.qname(what), "vpn-agent exec"
+		argv := append(append([]string{agentBin, "exec", f.name, "--", "getent"}, args...), "hosts")
+		if fixed {
+			q, label = f.qname(what+"-fix"), "with the proposed exec fix"
+			argv = append([]string{"unshare", "-m", "/bin/sh", "-c", execFixScript, "sh"}, argv...)
+		}
+		argv = append(argv, q)
+		rmark, tmark := f.resolver.Mark(), f.tunnel.Mark()
+		up := f.uplinkCapture(t)
+		out, err := runErr(argv[0], argv[1:]...)
+		leaks, _ := f.stopUplink(t, up)
+		t.Logf("%s: %s: err=%v\n%s", label, strings.Join(argv, " "), err, out)
+		if ev := resolverHits(t, f.resolver, rmark, q); len(ev) > 0 || strings.Contains(out, sdDecoyAns.String()) {
+			t.Errorf("%s: DNS LEAK: the host's resolver (decoy) answered %s (log:\n%s)", label, q, dumpEvents(ev))
+		}
+		if len(leaks) > 0 {
+			t.Errorf("%s: LEAK on the uplink during getent:\n%s", label, observe.Dump(leaks))
+		}
+		if len(args) == 0 {
+			if !strings.HasPrefix(out, sdTunSrv.String()+" ") || len(resolverHits(t, f.tunnel, tmark, q)) == 0 {
+				t.Errorf("%s: getent hosts %s: want the tunnel resolver's answer %s, through the tunnel", label, q, sdTunSrv)
+			}
+		}
+	}
+}
+
+// execFixScript makes the host resolvers' IPC inaccessible in the current (private) mount
+// namespace, the way the confinement drop-in does for units, then execs its arguments.
+const execFixScript = `set -e
+for d in /run/nscd; do [ ! -d $d ] || mount -t tmpfs -o ro,mode=000 tmpfs $d; done
+for s in /run/systemd/resolve/io.systemd.Resolve /run/systemd/resolve/io.systemd.Resolve.Monitor /run/dbus/system_bus_socket; do
+	[ ! -e $s ] || mount --bind /dev/null $s
+done
+exec "$@"`
 
 func inode(t *testing.T, path string) uint64 {
 	t.Helper()

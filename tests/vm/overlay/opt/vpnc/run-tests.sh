@@ -4,7 +4,10 @@
 #
 # Runs, in name order:
 #   /opt/vpnc/tests/<name>/<name>.test  Go test binaries (go test -c), cwd = their directory
-#                                        (testdata/ beside them), with -test.v
+#                                        (testdata/ beside them), with -test.v,
+#                                        -test.parallel=3 (unless VMTEST_ARGS sets it) and
+#                                        -test.run=$VMTEST_RUN, or VMTEST_RUN_<NAME> when
+#                                        VMTEST_RUN is empty (e.g. VMTEST_RUN_E2E)
 #   /opt/vpnc/tests/*.sh                 shell tests: pass = exit 0
 # Counts top-level Go tests (--- PASS/FAIL/SKIP) and scripts, prints
 #   vmtest: N passed, N failed, N skipped
@@ -15,11 +18,14 @@ VMTEST_RUN=
 VMTEST_TEST_TIMEOUT=300
 VMTEST_ARGS=
 VMTEST_PROFILE=0
+VPNC_VM_E2E_MATRIX=0
 # shellcheck disable=SC1091
 [ -r /opt/vpnc/env ] && . /opt/vpnc/env
 export VPNC_VM_GUEST=1 VPNC_AGENT=/opt/vpnc/bin/vpn-agent VPNC_DIST=/opt/vpnc/dist
 # Prebuilt binaries for the e2e harness (tests/e2e honours both; there is no Go toolchain here).
 export VPN_E2E_AGENT=/opt/vpnc/bin/vpn-agent VPN_E2E_PROVIDER=/opt/vpnc/bin/provider
+# tests/e2e's leak matrix configures this backend: here, kernel WireGuard (fails if missing).
+export VPNC_E2E_BACKEND=${VPNC_E2E_BACKEND:-kernel} VPNC_VM_E2E_MATRIX
 export PATH=/opt/vpnc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root GOTRACEBACK=all
 
@@ -48,7 +54,12 @@ for t in /opt/vpnc/tests/*/*.test /opt/vpnc/tests/*.sh; do
 	t0=$(date +%s)
 	if [[ $t == *.test ]]; then
 		args=(-test.v "-test.timeout=${VMTEST_TEST_TIMEOUT}s")
-		[ -n "$VMTEST_RUN" ] && args+=("-test.run=$VMTEST_RUN")
+		filter=$VMTEST_RUN
+		if [ -z "$filter" ]; then
+			v=VMTEST_RUN_$(basename "$t" .test | tr 'a-z-' 'A-Z_')
+			filter=${!v:-}
+		fi
+		[ -n "$filter" ] && args+=("-test.run=$filter")
 		# The heavy guest tests (leak matrix states, systemd checks) are parallel and mostly
 		# wait (handshakes, RestartSec=, probe timeouts): 3 at a time on the 2 vCPUs.
 		[[ " $VMTEST_ARGS " == *" -test.parallel"* ]] || args+=(-test.parallel=3)
