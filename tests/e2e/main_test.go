@@ -3,11 +3,23 @@
 // nftables and /dev/net/tun, and skip (all of them, with the reason)
 // otherwise.
 //
-//	sudo go test ./tests/e2e/ [-run Agent] [-agent /path/to/vpn-agent] [-v]
+//	sudo go test ./tests/e2e/ [-run Agent] [-agent /path/to/vpn-agent] [-provider /path/to/provider] [-v]
 //
-// TestMain builds tests/cmd/provider and agent/cmd/vpn-agent (unless
-// -agent or $VPN_E2E_AGENT names a binary). Agent tests fail, not skip,
-// if the agent does not build.
+// TestMain builds tests/cmd/provider and agent/cmd/vpn-agent unless
+// -provider/$VPN_E2E_PROVIDER and -agent/$VPN_E2E_AGENT name prebuilt
+// binaries (with both, no Go toolchain is needed: `go test -c` once, run
+// the binary anywhere). Agent tests fail, not skip, if the agent does not
+// build.
+//
+// Environment:
+//
+//	VPNC_E2E_BACKEND    backend for the leak matrix and fault suite's agent
+//	                    configs (default "auto": kernel WireGuard when the
+//	                    module exists, userspace otherwise)
+//	VPNC_MATRIX_REPORT  file to write the leak-matrix report to (the table,
+//	                    the fault-suite summary, and the closing "leak
+//	                    matrix: ..." line); `go test ./...` hides the
+//	                    stdout of passing packages
 package e2e
 
 import (
@@ -25,7 +37,19 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
-var agentFlag = flag.String("agent", os.Getenv("VPN_E2E_AGENT"), "use this vpn-agent binary instead of building agent/cmd/vpn-agent")
+var (
+	agentFlag    = flag.String("agent", os.Getenv("VPN_E2E_AGENT"), "use this vpn-agent binary instead of building agent/cmd/vpn-agent")
+	providerFlag = flag.String("provider", os.Getenv("VPN_E2E_PROVIDER"), "use this provider binary instead of building tests/cmd/provider")
+)
+
+// e2eBackend is the backend the leak matrix and the fault suite configure:
+// $VPNC_E2E_BACKEND, default "auto" (the config's own default).
+func e2eBackend() string {
+	if b := os.Getenv("VPNC_E2E_BACKEND"); b != "" {
+		return b
+	}
+	return "auto"
+}
 
 var env struct {
 	skip        string // why every test skips; "" to run
@@ -56,6 +80,12 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	buildAll(dir)
 	code := m.Run()
+	if err := writeReport(os.Getenv("VPNC_MATRIX_REPORT")); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: FAIL: writing $VPNC_MATRIX_REPORT:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
 	// Every topology cleans up after itself; whatever a sweep still finds
 	// was leaked by this run (or a crashed one).
 	if removed, err := topo.Sweep(); len(removed) > 0 || err != nil {
@@ -86,14 +116,22 @@ func checkEnv() string {
 	return ""
 }
 
-// buildAll builds the provider and the agent concurrently into dir.
+// buildAll builds the provider and the agent concurrently into dir, unless
+// flags name prebuilt ones.
 func buildAll(dir string) {
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		env.providerBin, env.providerErr = goBuild(dir, "provider", "./tests/cmd/provider")
-	}()
+	if *providerFlag != "" {
+		env.providerBin = *providerFlag
+		if _, err := os.Stat(env.providerBin); err != nil {
+			env.providerErr = fmt.Errorf("-provider: %w", err)
+		}
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			env.providerBin, env.providerErr = goBuild(dir, "provider", "./tests/cmd/provider")
+		}()
+	}
 	if *agentFlag != "" {
 		env.agentBin = *agentFlag
 		if _, err := os.Stat(env.agentBin); err != nil {

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -27,6 +28,18 @@ import (
 type Agent struct {
 	Bin    string // path to vpn-agent
 	HostNS string // the namespace it runs in (the simulated host)
+	// Env is added to the test process's environment for every command
+	// and daemon (e.g. the fault-injection hooks, VPN_AGENT_TEST_HOOKS=1).
+	Env []string
+}
+
+// environ is the environment for the agent's processes, nil meaning the
+// test process's own.
+func (a Agent) environ(extra ...string) []string {
+	if len(a.Env) == 0 && len(extra) == 0 {
+		return nil
+	}
+	return append(append(os.Environ(), a.Env...), extra...)
 }
 
 // ReadyTimeout bounds `run` until READY=1; CmdTimeout one-shot commands.
@@ -42,6 +55,19 @@ type Output struct {
 	Err            error // nil on exit 0
 }
 
+// ExitCode is the command's exit status: 0 on success, -1 if it did not
+// exit normally (killed by a signal, not started).
+func (o Output) ExitCode() int {
+	if o.Err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(o.Err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
 func (o Output) String() string {
 	return fmt.Sprintf("vpn-agent %s: err=%v\nstdout:\n%s\nstderr:\n%s", strings.Join(o.Args, " "), o.Err, o.Stdout, o.Stderr)
 }
@@ -52,6 +78,7 @@ func (a Agent) Cmd(args ...string) Output {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, a.Bin, args...)
+	cmd.Env = a.environ()
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	o := Output{Args: args}
@@ -137,7 +164,7 @@ func (a Agent) Start(cfg string, extra ...string) (*Daemon, error) {
 	go d.readNotify(ln, ready)
 
 	d.cmd = exec.Command(a.Bin, d.Args...)
-	d.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
+	d.cmd.Env = a.environ("NOTIFY_SOCKET=" + sock)
 	d.cmd.Stdout, d.cmd.Stderr = syncWriter{d}, syncWriter{d}
 	// If the test binary dies, the agent is told to tear down.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}

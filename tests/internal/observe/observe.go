@@ -118,7 +118,7 @@ func (o *Observer) loop() {
 				continue
 			}
 			o.mu.Lock()
-			o.pkts = append(o.pkts, Packet{Time: time.Now(), EtherType: 0xffff, Payload: []byte("recvfrom: " + err.Error())})
+			o.pkts = append(o.pkts, Packet{Time: time.Now(), EtherType: EtherCaptureError, Payload: []byte("recvfrom: " + err.Error())})
 			o.mu.Unlock()
 			return
 		}

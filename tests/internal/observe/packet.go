@@ -37,6 +37,33 @@ type Packet struct {
 	Len              int // bytes from the network header on
 }
 
+// EtherCaptureError is the EtherType of the pseudo-packet an Observer
+// records when its socket fails (e.g. its link was deleted); Payload holds
+// the error.
+const EtherCaptureError = 0xffff
+
+// IsCaptureError reports whether p is an Observer's capture-error record,
+// not a packet.
+func (p Packet) IsCaptureError() bool { return p.EtherType == EtherCaptureError }
+
+// Quoted returns the packet an ICMP or ICMPv6 error (destination
+// unreachable, time exceeded, parameter problem; ICMPv6 packet too big)
+// quotes: its header and first bytes, parsed as far as they go.
+func (p Packet) Quoted() (Packet, bool) {
+	q := p.Payload
+	switch {
+	case p.Proto == ProtoICMP && (p.ICMPType == 3 || p.ICMPType == 11 || p.ICMPType == 12):
+		if len(q) >= 20 && q[0]>>4 == 4 {
+			return parse(EtherIPv4, q), true
+		}
+	case p.Proto == ProtoICMPv6 && p.ICMPType >= 1 && p.ICMPType <= 4:
+		if len(q) >= 40 && q[0]>>4 == 6 {
+			return parse(EtherIPv6, q), true
+		}
+	}
+	return Packet{}, false
+}
+
 // Src/Dst with port, for TCP/UDP.
 func (p Packet) SrcAP() netip.AddrPort { return netip.AddrPortFrom(p.Src, p.SrcPort) }
 func (p Packet) DstAP() netip.AddrPort { return netip.AddrPortFrom(p.Dst, p.DstPort) }

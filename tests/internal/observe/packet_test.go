@@ -104,3 +104,21 @@ func TestUDPMatch(t *testing.T) {
 		t.Error("tcp matched")
 	}
 }
+
+func TestQuoted(t *testing.T) {
+	// ICMP port unreachable (type 3 code 3) from 198.18.2.2 to 198.18.1.2,
+	// quoting UDP 198.18.1.2:51820 -> 198.18.2.2:51820.
+	inner := mustHex(t, "4500001e0000400040110000c6120102c6120202"+"ca6cca6c000a0000")
+	icmp := append(mustHex(t, "0303000000000000"), inner...)
+	p := parse(EtherIPv4, append(mustHex(t, "450000380000400040010000c6120202c6120102"), icmp...))
+	if p.Proto != ProtoICMP || p.ICMPType != 3 {
+		t.Fatalf("outer parse: %+v", p)
+	}
+	q, ok := p.Quoted()
+	if !ok || q.Proto != ProtoUDP || q.Src != netip.MustParseAddr("198.18.1.2") || q.Dst != netip.MustParseAddr("198.18.2.2") || q.DstPort != 51820 {
+		t.Errorf("Quoted = %+v, %v", q, ok)
+	}
+	if _, ok := (Packet{Proto: ProtoICMP, ICMPType: 8}).Quoted(); ok {
+		t.Error("an echo request quotes nothing")
+	}
+}

@@ -21,8 +21,13 @@ var CommandTimeout = 5 * time.Second
 // status, TimedOut if it outlives CommandTimeout. Answer is stdout; Err
 // carries stderr.
 func Command(ns string, argv ...string) Result {
+	return CommandWithin(ns, CommandTimeout, argv...)
+}
+
+// CommandWithin is Command with its own timeout instead of CommandTimeout.
+func CommandWithin(ns string, timeout time.Duration, argv ...string) Result {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -38,7 +43,7 @@ func Command(ns string, argv ...string) Result {
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
-		r.Outcome, r.Err = TimedOut, errors.New("killed after "+CommandTimeout.String()+": "+stderr.String())
+		r.Outcome, r.Err = TimedOut, errors.New("killed after "+timeout.String()+": "+stderr.String())
 	case err == nil:
 		r.Outcome = Reached
 	case errors.As(err, &ee):

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 )
 
@@ -226,4 +228,33 @@ func Summary(rs []Result) string {
 		b.WriteString("\t" + r.String() + "\n")
 	}
 	return b.String()
+}
+
+// TCPFrom connects from local to dst and closes. A zero port in local lets
+// the kernel pick one; an invalid address binds the wildcard. The socket
+// sets SO_REUSEADDR and SO_REUSEPORT, so a fixed local port can be used
+// again by the next probe, and bound next to a listener on the same port
+// that also set SO_REUSEPORT (e.g. to send from a published service's
+// port, the way a reply would).
+func TCPFrom(ns string, local, dst netip.AddrPort) Result {
+	return in(ns, "tcp "+local.String()+" -> "+dst.String(), func() Result {
+		start := time.Now()
+		d := net.Dialer{Timeout: Timeout, Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = errors.Join(
+					syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1),
+					syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1))
+			})
+			return errors.Join(err, serr)
+		}}
+		if local.Addr().IsValid() || local.Port() != 0 {
+			d.LocalAddr = net.TCPAddrFromAddrPort(local)
+		}
+		c, err := d.Dial("tcp", dst.String())
+		if err == nil {
+			c.Close()
+		}
+		return Result{}.finish(start, err)
+	})
 }

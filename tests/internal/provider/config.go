@@ -34,6 +34,10 @@ type Config struct {
 	// TCPEcho and UDPEcho list echo server listen addresses.
 	TCPEcho []string `json:"tcpEcho,omitempty"`
 	UDPEcho []string `json:"udpEcho,omitempty"`
+	// ReusePort sets SO_REUSEPORT on the TCP listeners, so a test can bind
+	// a client socket to a listening port (to send from it, as a reply
+	// would).
+	ReusePort bool `json:"reusePort,omitempty"`
 }
 
 // WireGuard configures the userspace WireGuard device.

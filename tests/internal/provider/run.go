@@ -9,7 +9,10 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // eventLog appends one JSON line per event with a single write(2), so
@@ -80,14 +83,14 @@ func Run(ctx context.Context, cfg *Config) error {
 		for _, u := range us {
 			serve(u, func() { serveDNSUDP(u, zone, log) })
 		}
-		l, err := net.Listen("tcp", a)
+		l, err := listenTCP(a, cfg.ReusePort)
 		if err != nil {
 			return fmt.Errorf("dns tcp listen %s: %w", a, err)
 		}
 		serve(l, func() { serveDNSTCP(l, zone, log) })
 	}
 	for _, a := range cfg.TCPEcho {
-		l, err := net.Listen("tcp", a)
+		l, err := listenTCP(a, cfg.ReusePort)
 		if err != nil {
 			return fmt.Errorf("tcp echo listen %s: %w", a, err)
 		}
@@ -114,3 +117,18 @@ func Run(ctx context.Context, cfg *Config) error {
 }
 
 func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
+
+// listenTCP listens on addr, with SO_REUSEPORT if reusePort.
+func listenTCP(addr string, reusePort bool) (net.Listener, error) {
+	var lc net.ListenConfig
+	if reusePort {
+		lc.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			})
+			return errors.Join(err, serr)
+		}
+	}
+	return lc.Listen(context.Background(), "tcp", addr)
+}

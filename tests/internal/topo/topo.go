@@ -342,6 +342,22 @@ func (tp *Topo) StartProcess(t testing.TB, name, ns, bin string, cfg *provider.C
 	return p
 }
 
+// NewProcess writes cfg and returns a provider-binary instance named name
+// in namespace ns, not started (Start it when ns exists), stopped at t's
+// cleanup. cfg.Log defaults to Dir/<name>.log.
+func (tp *Topo) NewProcess(t testing.TB, name, ns, bin string, cfg *provider.Config) *Process {
+	t.Helper()
+	if cfg.Log == "" {
+		cfg.Log = filepath.Join(tp.Dir, name+".log")
+	}
+	p, err := tp.process(name, ns, bin, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop() })
+	return p
+}
+
 func (tp *Topo) process(name, ns, bin string, cfg *provider.Config) (*Process, error) {
 	path := filepath.Join(tp.Dir, name+".json")
 	if err := provider.WriteConfig(path, cfg); err != nil {
