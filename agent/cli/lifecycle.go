@@ -156,8 +156,10 @@ func startDetached(cfg, name string, timeout time.Duration) (int, error) {
 	if err := os.MkdirAll(engine.StateDir(name), 0o755); err != nil {
 		return 0, err
 	}
-	logPath := filepath.Join(engine.StateDir(name), "agent.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	// Each start logs to its own file, renamed to agent.log once ready, so
+	// a concurrent start that loses never touches the winner's files.
+	logPath := filepath.Join(engine.StateDir(name), fmt.Sprintf("start-%d.log", os.Getpid()))
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, err
 	}
@@ -195,32 +197,31 @@ func startDetached(cfg, name string, timeout time.Duration) (int, error) {
 	defer signal.Stop(sigs)
 	select {
 	case <-ready:
+		os.Rename(logPath, filepath.Join(engine.StateDir(name), "agent.log"))
 		return cmd.Process.Pid, nil
 	case err := <-exited:
 		msg := lastLine(logPath)
-		cleanFailedStart(name)
+		cleanFailedStart(name, logPath)
 		return 0, fmt.Errorf("agent exited before ready (%v): %s", err, msg)
 	case <-sigs:
 		cmd.Process.Signal(syscall.SIGTERM)
 		<-exited
-		cleanFailedStart(name)
+		cleanFailedStart(name, logPath)
 		return 0, errors.New("interrupted; the agent was stopped")
 	case <-time.After(timeout):
 		cmd.Process.Signal(syscall.SIGTERM)
 		<-exited
 		msg := lastLine(logPath)
-		cleanFailedStart(name)
+		cleanFailedStart(name, logPath)
 		return 0, fmt.Errorf("agent not ready after %s; stopped it: %s", timeout, msg)
 	}
 }
 
-// cleanFailedStart removes the log directory of an agent that never
-// became ready, unless another agent's state lives there.
-func cleanFailedStart(name string) {
-	if _, err := engine.ReadState(name); err == nil {
-		return
-	}
-	os.RemoveAll(engine.StateDir(name))
+// cleanFailedStart removes the log of an agent that never became ready,
+// and the runtime directory if nothing else lives there.
+func cleanFailedStart(name, logPath string) {
+	os.Remove(logPath)
+	os.Remove(engine.StateDir(name)) // only if empty
 }
 
 func containsLine(msg, line string) bool {

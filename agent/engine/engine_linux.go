@@ -219,6 +219,7 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 		st.DNS = append(st.DNS, d.String())
 	}
 	if err := writeState(st); err != nil {
+		removeState(s.Name)
 		return err
 	}
 	j.add(StepState, func() error { return removeState(s.Name) })
@@ -328,6 +329,7 @@ func (e *Engine) removeAll(name, iface string) error {
 	}
 	add("host policy", removeHostPolicy(name))
 	add("host link", deleteHostLink("vh-"+name))
+	add("stale tunnel link", wireguard.RemoveStaleHostLink(name, iface))
 	if netns.Exists(name) {
 		// Delete the tunnel before the namespace: processes still inside
 		// keep the namespace alive, and must lose the tunnel, not keep it.

@@ -51,11 +51,14 @@ func writeState(s *State) error {
 	return writeFileAtomic(statePath(s.Name), append(b, '\n'), 0o644)
 }
 
+// removeState removes the state file, and the runtime directory if that
+// leaves it empty (a detached agent's log keeps it until down).
 func removeState(name string) error {
 	err := os.Remove(statePath(name))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	os.Remove(StateDir(name)) // fails harmlessly when not empty
 	return nil
 }
 

@@ -36,6 +36,9 @@ func Create(ctx context.Context, log *slog.Logger, s *config.Spec, b config.Back
 	if err != nil {
 		return nil, err
 	}
+	if err := RemoveStaleHostLink(s.Name, s.Interface); err != nil {
+		return nil, err
+	}
 	if _, err := netlink.LinkByName(s.Interface); err == nil {
 		return nil, fmt.Errorf("interface: %q already exists in the host namespace; remove it or set \"interface\" to a free name", s.Interface)
 	}
@@ -46,6 +49,28 @@ func Create(ctx context.Context, log *slog.Logger, s *config.Spec, b config.Back
 		return createUserspace(log, s, cfg, nsName)
 	}
 	return nil, fmt.Errorf("wireguard: backend %q cannot create a tunnel", b)
+}
+
+// RemoveStaleHostLink deletes a tunnel link left in the host namespace by
+// an agent killed between creating the link and moving it. Only a link with
+// the agent's own default name (vc-<namespace>) and a tunnel type is ours
+// to delete; anything else under that name is left alone (Create then
+// refuses with a clear error).
+func RemoveStaleHostLink(nsName, iface string) error {
+	if iface != "vc-"+nsName {
+		return nil
+	}
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return nil
+	}
+	if t := l.Type(); t != "wireguard" && t != "tuntap" && t != "tun" {
+		return nil
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("remove stale link %q from the host namespace: %w", iface, err)
+	}
+	return nil
 }
 
 // ProbeKernel reports whether the kernel can create WireGuard links. It
