@@ -54,8 +54,14 @@ func cmdUp(args []string, out io.Writer) int {
 	}
 	if backend == config.BackendUserspace {
 		// An agent already holding the namespace is the converged state.
+		// The lock may be held by a running agent or by another `up` that
+		// is starting one: wait for a ready agent before claiming so.
 		if l, err := engine.TryLock(s.Name); errors.Is(err, engine.ErrBusy) {
-			fmt.Fprintf(out, "namespace %s already up (agent pid %d)\n", s.Name, engine.HolderPID(s.Name))
+			pid, werr := waitReadyAgent(s.Name, *timeout)
+			if werr != nil {
+				return fail(fmt.Errorf("%v; %v", err, werr))
+			}
+			fmt.Fprintf(out, "namespace %s already up (agent pid %d)\n", s.Name, pid)
 			return ExitOK
 		} else if err == nil {
 			l.Release(true)
@@ -214,6 +220,25 @@ func startDetached(cfg, name string, timeout time.Duration) (int, error) {
 		msg := lastLine(logPath)
 		cleanFailedStart(name, logPath)
 		return 0, fmt.Errorf("agent not ready after %s; stopped it: %s", timeout, msg)
+	}
+}
+
+// waitReadyAgent waits until the namespace has a state file naming a live
+// agent that holds the lock (it writes the state just before READY=1).
+func waitReadyAgent(name string, timeout time.Duration) (int, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if st, err := engine.ReadState(name); err == nil && st.PID > 0 && syscall.Kill(st.PID, 0) == nil {
+			if l, err := engine.TryLock(name); errors.Is(err, engine.ErrBusy) {
+				return st.PID, nil
+			} else if err == nil {
+				l.Release(false)
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("no agent became ready within %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
