@@ -355,7 +355,8 @@ func TestFaultConcurrentStart(t *testing.T) {
 				if p := upPID(o.Stdout); p > 0 {
 					t.Cleanup(func() { killStray(t, p) })
 				}
-				if o.Err == nil && strings.Contains(o.Stdout, " up (") {
+				// "already up (agent pid N)" also contains " up (": not a start.
+				if o.Err == nil && strings.Contains(o.Stdout, " up (") && !strings.Contains(o.Stdout, "already up") {
 					started++
 					pid = upPID(o.Stdout)
 				}
@@ -365,11 +366,12 @@ func TestFaultConcurrentStart(t *testing.T) {
 			}
 			for _, o := range outs {
 				switch {
-				case o.Err == nil && strings.Contains(o.Stdout, " up ("):
 				case o.Err == nil && strings.Contains(o.Stdout, "already up"):
 					if p := upPID(o.Stdout); p != pid {
 						t.Errorf("round %d: `up` says already up by pid %d, the winner is %d", round, p, pid)
 					}
+				case o.Err == nil && strings.Contains(o.Stdout, " up ("):
+					// the winner
 				default:
 					if o.ExitCode() != 1 {
 						t.Errorf("round %d: the losing up: exit %d, want 1:\n%s", round, o.ExitCode(), o)
