@@ -107,7 +107,11 @@ func newSDFixture(t *testing.T) *sdFixture {
 	// Servers: the tunnel's resolver and echo; the host's resolver (decoy).
 	tunZone := map[string][]string{}
 	decoyZone := map[string][]string{}
-	for _, w := range []string{"nscd", "nscd-ns", "nscd-ctl", "resolved", "resolved-ns", "resolved-ctl", "resolved-fix", "nscd-exec", "resolved-exec", "resolved-exec-nss", "nscd-exec-fix", "resolved-exec-fix", "resolved-exec-nss-fix", "target"} {
+	for _, w := range []string{
+		"nscd", "nscd-ns", "nscd-ctl", "nscd-exec", "nscd-exec-fix",
+		"resolved", "resolved-ns", "resolved-ctl", "resolved-fix",
+		"resolved-exec", "resolved-exec-fix", "resolved-exec-nss", "resolved-exec-nss-fix",
+	} {
 		tunZone[f.qname(w)] = []string{sdTunSrv.String()}
 		decoyZone[f.qname(w)] = []string{sdDecoyAns.String()}
 	}
@@ -632,8 +636,14 @@ func TestSystemdConfinement(t *testing.T) {
 	// after the agent's READY=1; no leak meanwhile.
 	check(t, "upholds-after-sigkill", func(t *testing.T) {
 		up := run(t, agentBin, "unit", f.name, "--upholds", f.loop)
-		writeFile(t, "/run/systemd/system/"+f.agent+".d/upholds.conf", up)
+		upholds := "/run/systemd/system/" + f.agent + ".d/upholds.conf"
+		writeFile(t, upholds, up)
 		run(t, "systemctl", "daemon-reload")
+		defer func() { // the later checks restart the agent: no service to uphold then
+			os.Remove(upholds)
+			runErr("systemctl", "daemon-reload")
+			runErr("systemctl", "stop", f.loop)
+		}()
 		if got := prop(t, f.agent, "Upholds"); !strings.Contains(got, f.loop) {
 			t.Fatalf("Upholds of %s: %q", f.agent, got)
 		}
@@ -671,7 +681,6 @@ func TestSystemdConfinement(t *testing.T) {
 		if len(leaks) > 0 {
 			t.Errorf("LEAK on the uplink across the crash:\n%s", observe.Dump(leaks))
 		}
-		run(t, "systemctl", "stop", f.loop)
 	})
 
 	// Semantic 4 with systemd-resolved as the host's resolver (stub resolv.conf, nss-resolve).
