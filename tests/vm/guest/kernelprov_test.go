@@ -139,18 +139,33 @@ func unexpected(pkts []observe.Packet, allowed ...observe.Match) []observe.Packe
 // wgTraffic: the tunnel's encrypted UDP between the host uplink and the provider endpoint.
 var wgTraffic = observe.UDP(netip.AddrPortFrom(topo.HostUplink4, 0), ap(topo.Endpoint4, topo.WGPort))
 
-// wgErrors: ICMP errors from the endpoint about the tunnel's UDP (port unreachable while
-// the provider's link is down): replies to WireGuard, not traffic of the confined side.
+// wgErrors: ICMP destination-unreachable errors about the tunnel's UDP, either way between
+// the host uplink and the endpoint: from the endpoint while the provider's link is down, and
+// from the host when a provider packet arrives for the socket of a tunnel link that was just
+// deleted (port unreachable). Replies about WireGuard's own packets, not traffic of the
+// confined side: the quoted UDP header must carry the WireGuard port on the endpoint's side.
 func wgErrors(p observe.Packet) bool {
-	if p.Proto != observe.ProtoICMP || p.ICMPType != 3 || p.Src != topo.Endpoint4 || p.Dst != topo.HostUplink4 {
+	if p.Proto != observe.ProtoICMP || p.ICMPType != 3 {
 		return false
 	}
-	q := p.Payload
+	fromEndpoint := p.Src == topo.Endpoint4 && p.Dst == topo.HostUplink4
+	fromHost := p.Src == topo.HostUplink4 && p.Dst == topo.Endpoint4
+	if !fromEndpoint && !fromHost {
+		return false
+	}
+	q := p.Payload // the quoted IPv4 header and the first 8 bytes of UDP
 	if len(q) < 20 || q[0]>>4 != 4 || q[9] != observe.ProtoUDP {
 		return false
 	}
 	ihl := int(q[0]&0xf) * 4
-	return len(q) >= ihl+4 && int(q[ihl+2])<<8|int(q[ihl+3]) == topo.WGPort
+	if len(q) < ihl+4 {
+		return false
+	}
+	sport, dport := int(q[ihl])<<8|int(q[ihl+1]), int(q[ihl+2])<<8|int(q[ihl+3])
+	if fromEndpoint {
+		return dport == topo.WGPort // our datagram to the endpoint bounced
+	}
+	return sport == topo.WGPort // the endpoint's datagram to us bounced
 }
 
 func hits(t *testing.T, p *topo.Process, mark int) []provider.Event {

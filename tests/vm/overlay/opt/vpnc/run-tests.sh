@@ -15,7 +15,7 @@
 # something ran). Always exits 0: the unit's SuccessAction powers the VM off.
 set -u
 VMTEST_RUN=
-VMTEST_TEST_TIMEOUT=300
+VMTEST_TEST_TIMEOUT=420
 VMTEST_ARGS=
 VMTEST_PROFILE=0
 VPNC_VM_E2E_MATRIX=0
