@@ -66,7 +66,10 @@ let
   resolverIpcPaths = [
     "-/run/nscd"
     "-/var/run/nscd"
-    "-/run/systemd/resolve"
+    # resolved's sockets only: where /etc/resolv.conf is a symlink into
+    # /run/systemd/resolve, the resolv.conf bind mount lands in that directory.
+    "-/run/systemd/resolve/io.systemd.Resolve"
+    "-/run/systemd/resolve/io.systemd.Resolve.Monitor"
     "-/run/dbus/system_bus_socket"
   ];
 

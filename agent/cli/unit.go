@@ -35,7 +35,9 @@ NetworkNamespacePath=/run/netns/%[1]s
 BindReadOnlyPaths=/etc/netns/%[1]s/resolv.conf:/etc/resolv.conf /etc/netns/%[1]s/nsswitch.conf:/etc/nsswitch.conf
 # Host resolver IPC would resolve names outside the tunnel (nscd,
 # systemd-resolved, and D-Bus through which resolved is also reachable).
-InaccessiblePaths=-/run/nscd -/var/run/nscd -/run/systemd/resolve -/run/dbus/system_bus_socket
+# Only resolved's sockets, not /run/systemd/resolve: where /etc/resolv.conf
+# is a symlink into it, the resolv.conf bind mount above lands there.
+InaccessiblePaths=-/run/nscd -/var/run/nscd -/run/systemd/resolve/io.systemd.Resolve -/run/systemd/resolve/io.systemd.Resolve.Monitor -/run/dbus/system_bus_socket
 RestrictNetworkInterfaces=%[3]s
 `, name, agentUnit, strings.Join(ifaces, " "))
 	return b.String()

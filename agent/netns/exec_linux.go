@@ -38,6 +38,12 @@ func Exec(name string, argv []string, env []string) error {
 	if err := unix.Mount("", "/", "none", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("exec: make / a slave mount: %w", err)
 	}
+	// glibc asks nscd before NSS, and resolved answers over varlink and
+	// D-Bus: hide all three, as the systemd drop-in does, or a lookup is
+	// resolved on the host, outside the tunnel.
+	if err := hideResolverIPC(); err != nil {
+		return err
+	}
 	etc := filepath.Join("/etc/netns", name)
 	ents, _ := os.ReadDir(etc)
 	for _, e := range ents {
@@ -54,4 +60,31 @@ func Exec(name string, argv []string, env []string) error {
 		unix.Mount(name, "/sys", "sysfs", 0, "")
 	}
 	return fmt.Errorf("exec %s: %w", path, unix.Exec(path, argv, env))
+}
+
+// resolverIPC are the host resolver daemons' endpoints: directories are
+// covered by an empty read-only tmpfs, sockets by /dev/null.
+var resolverIPC = []string{
+	"/run/nscd",
+	"/run/systemd/resolve/io.systemd.Resolve",
+	"/run/systemd/resolve/io.systemd.Resolve.Monitor",
+	"/run/dbus/system_bus_socket",
+}
+
+func hideResolverIPC() error {
+	for _, p := range resolverIPC {
+		st, err := os.Stat(p)
+		if err != nil {
+			continue // absent: nothing to hide
+		}
+		if st.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=000")
+		} else {
+			err = unix.Mount("/dev/null", p, "none", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("exec: hide %s: %w", p, err)
+		}
+	}
+	return nil
 }

@@ -521,7 +521,8 @@ let
       (expectEq "transmission InaccessiblePaths" t.InaccessiblePaths [
         "-/run/nscd"
         "-/var/run/nscd"
-        "-/run/systemd/resolve"
+        "-/run/systemd/resolve/io.systemd.Resolve"
+        "-/run/systemd/resolve/io.systemd.Resolve.Monitor"
         "-/run/dbus/system_bus_socket"
       ])
       (expectEq "agent before" u.vpn-agent-proton.before [ "transmission.service" ])
