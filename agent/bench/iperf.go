@@ -23,7 +23,7 @@ type IperfResult struct {
 	// MovedBytes adds the omitted warm-up intervals (the client's view):
 	// the bytes moved while CPU was being measured for the whole client run.
 	MovedBytes  int64 `json:"movedBytes"`
-	Retransmits int64 `json:"retransmits,omitempty"` // TCP, sender side
+	Retransmits int64 `json:"retransmits"` // TCP, sender side
 
 	// UDP only, as reported by the receiver.
 	JitterMs    float64 `json:"jitterMs,omitempty"`

@@ -67,6 +67,12 @@ func Overlap(a, b Dist) bool {
 	return a.Min <= b.Max && b.Min <= a.Max
 }
 
+// Resolved reports whether two modes differ beyond their sample ranges:
+// at least two samples each and ranges that do not overlap.
+func Resolved(a, b Dist) bool {
+	return a.N >= 2 && b.N >= 2 && !Overlap(a, b)
+}
+
 // Ratio is b's median over a's, or NaN if a's is zero.
 func Ratio(a, b Dist) float64 {
 	if a.N == 0 || b.N == 0 || a.Median == 0 {
@@ -78,15 +84,16 @@ func Ratio(a, b Dist) float64 {
 // Paired compares mode B against baseline mode A using the samples of the
 // same rounds (ABBA order puts them next to each other in time).
 type Paired struct {
-	Baseline string  `json:"baseline"`
-	Mode     string  `json:"mode"`
-	Metric   string  `json:"metric"`
-	N        int     `json:"n"`                 // rounds with both samples
-	Ratio    Dist    `json:"ratio"`             // per-round B/A
-	Diff     Dist    `json:"diff"`              // per-round B-A, in the metric's unit
-	Resolved bool    `json:"resolved"`          // the two modes' ranges do not overlap
-	Medians  float64 `json:"medianRatio"`       // B median over A median
-	Verdict  string  `json:"verdict,omitempty"` // e.g. "not resolved"
+	Workload    string  `json:"workload,omitempty"`
+	Baseline    string  `json:"baseline"`
+	Mode        string  `json:"mode"`
+	Metric      string  `json:"metric"`
+	N           int     `json:"n"`           // rounds with both samples
+	Ratio       Dist    `json:"ratio"`       // per-round B/A
+	Diff        Dist    `json:"diff"`        // per-round B-A, in the metric's unit
+	Resolved    bool    `json:"resolved"`    // the two modes' ranges do not overlap
+	MedianRatio float64 `json:"medianRatio"` // B median over A median
+	Verdict     string  `json:"verdict"`     // "not resolved", "higher", "lower"
 }
 
 // ComparePaired pairs a and b by round (the map key) and summarises the
@@ -117,11 +124,13 @@ func ComparePaired(baseline, mode, metric string, a, b map[int]float64) Paired {
 	p.N = len(diffs)
 	p.Ratio, p.Diff = Summarize(ratios), Summarize(diffs)
 	da, db := Summarize(av), Summarize(bv)
-	p.Medians = Ratio(da, db)
-	p.Resolved = !Overlap(da, db)
+	p.MedianRatio = orZero(Ratio(da, db))
+	p.Resolved = Resolved(da, db)
 	switch {
 	case p.N == 0:
 		p.Verdict = "no paired samples"
+	case da.N < 2 || db.N < 2:
+		p.Verdict = "not resolved (n<2)"
 	case !p.Resolved:
 		p.Verdict = "not resolved"
 	case db.Median > da.Median:
@@ -142,4 +151,12 @@ func finite(xs []float64) []float64 {
 		}
 	}
 	return v
+}
+
+// orZero maps NaN and infinities to 0 (JSON has no NaN).
+func orZero(x float64) float64 {
+	if !isNum(x) {
+		return 0
+	}
+	return x
 }

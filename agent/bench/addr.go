@@ -1,0 +1,27 @@
+package bench
+
+// The bench's private addresses, from 198.18.0.0/15 (RFC 2544, reserved
+// for benchmarking). They only exist inside the bench's own namespaces.
+const (
+	underlayAgent = "198.18.0.1" // underlay namespace end of the veth
+	underlayPeer  = "198.18.0.2" // provider namespace end: WireGuard endpoint, direct-mode server
+	underlayBits  = 30           // the veth subnet
+	peerPort      = 51820        // the provider's WireGuard port
+	tunnelPeer    = "198.18.1.1" // provider's tunnel address: tunnel-mode server
+	tunnelAgent   = "198.18.1.2" // the agent's tunnel address
+	tunnelRef     = "198.18.1.3" // the reference tunnel's address
+	refServer     = "198.18.2.1" // provider address reached only through the reference tunnel
+	iperfPort     = 5201
+	rrPort        = 7001
+)
+
+// target returns the server address a mode's client connects to.
+func target(m Mode) string {
+	switch m {
+	case ModeDirect:
+		return underlayPeer
+	case ModeReference:
+		return refServer
+	}
+	return tunnelPeer
+}

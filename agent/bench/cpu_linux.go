@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// procStatTicks is USER_HZ, the unit of /proc/stat: 100 on every Linux
+// architecture the bench runs on.
+const procStatTicks = 100
+
+// machineCPU returns busy and total ticks summed over all CPUs from the
+// "cpu" line of /proc/stat. Busy is user, nice, system, irq and softirq:
+// not idle, iowait or steal (time the hypervisor gave to someone else).
+func machineCPU() (busy, total uint64, err error) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("read /proc/stat: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return 0, 0, fmt.Errorf("read /proc/stat: empty")
+	}
+	return parseCPULine(sc.Text())
+}
+
+func parseCPULine(line string) (busy, total uint64, err error) {
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("parse /proc/stat: unexpected first line %q", line)
+	}
+	// user nice system idle iowait irq softirq steal guest guest_nice;
+	// guest time is already included in user and nice.
+	var idle uint64
+	for i, s := range f[1:] {
+		if i >= 8 {
+			break
+		}
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("parse /proc/stat: %w", err)
+		}
+		total += v
+		if i == 3 || i == 4 || i == 7 {
+			idle += v
+		}
+	}
+	return total - idle, total, nil
+}
+
+// schedstat returns the CPU time of every live thread of pid, summed from
+// /proc/<pid>/task/*/schedstat (nanosecond resolution). Threads that have
+// exited are not counted, so use it for long-lived processes.
+func schedstat(pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("schedstat of pid %d: no tasks", pid)
+	}
+	var sum time.Duration
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread exited
+		}
+		f := bytes.Fields(b)
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(string(f[0]), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse %s: %w", p, err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
+
+// selfCPU is the whole bench process's CPU time, exited threads included
+// (the kernel sums the same per-thread runtime schedstat shows).
+func selfCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// vmHWM returns a process's peak resident set size in KiB (0 if unknown).
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// resetHWM resets a process's peak RSS to its current RSS (Linux >= 4.0),
+// so VmHWM afterwards is the peak during what follows.
+func resetHWM(pid int) {
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+}
+
+// cpuSnap is a point-in-time CPU reading.
+type cpuSnap struct {
+	at          time.Time
+	busy, total uint64
+	self        time.Duration
+	procs       map[int]time.Duration
+}
+
+func takeCPU(pids ...int) cpuSnap {
+	s := cpuSnap{at: time.Now(), self: selfCPU(), procs: map[int]time.Duration{}}
+	s.busy, s.total, _ = machineCPU()
+	for _, p := range pids {
+		if p > 0 {
+			s.procs[p], _ = schedstat(p)
+		}
+	}
+	return s
+}
+
+// procDelta returns the CPU seconds pid used between a and b, or nil if
+// it was not tracked.
+func procDelta(a, b cpuSnap, pid int) *float64 {
+	x, ok1 := a.procs[pid]
+	y, ok2 := b.procs[pid]
+	if pid <= 0 || !ok1 || !ok2 {
+		return nil
+	}
+	v := (y - x).Seconds()
+	return &v
+}

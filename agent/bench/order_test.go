@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestABBATwoModes(t *testing.T) {
+	modes := []string{"A", "B"}
+	var got []string
+	for r := range 4 {
+		got = append(got, ABBA(modes, r)...)
+	}
+	if want := []string{"A", "B", "B", "A", "A", "B", "B", "A"}; !slices.Equal(got, want) {
+		t.Errorf("ABBA over 4 rounds = %v, want %v", got, want)
+	}
+	if !slices.Equal(modes, []string{"A", "B"}) {
+		t.Error("ABBA modified its input")
+	}
+}
+
+func TestScheduleBalanced(t *testing.T) {
+	modes := []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeReference}
+	s := Schedule(modes, 4)
+	if len(s) != 16 {
+		t.Fatalf("len = %d", len(s))
+	}
+	pos := map[Mode]int{} // summed position within rounds
+	for r := range 4 {
+		round := s[r*4 : r*4+4]
+		seen := map[Mode]bool{}
+		for i, st := range round {
+			if st.Round != r {
+				t.Errorf("step %v in round %d", st, r)
+			}
+			seen[st.Mode] = true
+			pos[st.Mode] += i
+		}
+		if len(seen) != 4 {
+			t.Errorf("round %d does not run every mode once: %v", r, round)
+		}
+	}
+	// Over an even number of rounds every mode sits on average in the middle.
+	for m, p := range pos {
+		if p != pos[ModeDirect] {
+			t.Errorf("mode %s has position sum %d, direct %d: order not balanced", m, p, pos[ModeDirect])
+		}
+	}
+	if s[0].Mode != ModeDirect || s[4].Mode != ModeReference || s[8].Mode != ModeDirect {
+		t.Errorf("rounds should alternate forward and reverse: %v", s)
+	}
+}
+
+func TestParseModes(t *testing.T) {
+	m, err := ParseModes("direct, tunnel+policy,reference")
+	if err != nil || !slices.Equal(m, []Mode{ModeDirect, ModePolicy, ModeReference}) {
+		t.Errorf("ParseModes = %v, %v", m, err)
+	}
+	for _, bad := range []string{"", "direct,direct", "tunnel,bogus"} {
+		if _, err := ParseModes(bad); err == nil {
+			t.Errorf("ParseModes(%q) should fail", bad)
+		}
+	}
+}
+
+func TestWorkloads(t *testing.T) {
+	var names []string
+	for _, w := range Workloads([]int{1, 4}) {
+		names = append(names, w.Name)
+	}
+	want := []string{"tcp1-up", "tcp1-down", "tcp4-up", "tcp4-down", "udp-up", "udp-down", "ping-idle", "rr64"}
+	if !slices.Equal(names, want) {
+		t.Errorf("Workloads = %v, want %v", names, want)
+	}
+	got, err := FilterWorkloads(Workloads([]int{1}), []string{"rr64", "updown", "tcp1-down"})
+	if err != nil || len(got) != 2 || got[0].Name != "rr64" || !got[1].Load.Reverse {
+		t.Errorf("FilterWorkloads = %v, %v", got, err)
+	}
+	if _, err := FilterWorkloads(Workloads([]int{1}), []string{"tcp9-up"}); err == nil {
+		t.Error("unknown workload accepted")
+	}
+}

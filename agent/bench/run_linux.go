@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+)
+
+// runner holds one run's state.
+type runner struct {
+	o       *Options
+	t       *topo
+	res     *Result
+	spec    *config.Spec
+	backend config.Backend
+	pol     *policyState
+	peer    *peerProc
+	ref     *refTunnel
+	keyFile string
+	seq     int
+	total   int
+	modeNFT map[Mode]*NFTSnapshot
+}
+
+// Run builds the bench topology, measures every workload in every mode,
+// tears everything down (also on error or when ctx is cancelled) and
+// returns the result. The caller writes it (see WriteResult). A result is
+// returned whenever measuring started, also together with an error.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if err := o.Normalize(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("bench: run as root (it creates network namespaces and nftables tables)")
+	}
+	log := o.Log
+	sweepStale(log)
+	r := &runner{o: &o, modeNFT: map[Mode]*NFTSnapshot{}}
+	r.res = &Result{Schema: SchemaVersion, Tool: "vpn-agent bench", Started: time.Now().UTC()}
+	r.res.Host = hostInfo(&o)
+	r.res.Settings = settingsOf(&o)
+	t, err := newTopo(log)
+	if err != nil {
+		return nil, err
+	}
+	r.t = t
+	defer func() {
+		if err := t.Close(); err != nil {
+			log.Warn("bench cleanup incomplete", "err", err)
+		}
+	}()
+	err = r.setup(ctx)
+	if err == nil {
+		err = r.measure(ctx)
+	}
+	r.finish(err)
+	return r.res, err
+}
+
+// setup builds the topology: underlay and provider namespaces, the peer,
+// the confined namespace (engine.Up), the reference tunnel and servers.
+func (r *runner) setup(ctx context.Context) error {
+	t, o, log := r.t, r.o, r.o.Log
+	t.onClose(func() error { removeByID(t.ID); return nil }) // last resort, runs last
+	var err error
+	if r.keyFile, err = t.writeKey("agent.key", t.AgentKey); err != nil {
+		return err
+	}
+	if r.spec, err = t.agentSpec(t.C, o.Backend, o.MTU, r.keyFile); err != nil {
+		return err
+	}
+	eng := &engine.Engine{Log: quietLogger(log)}
+	if r.backend, err = eng.Backend(r.spec); err != nil {
+		return err
+	}
+	r.spec.Backend = r.backend
+	r.res.Host.Backend = string(r.backend)
+	log.Info("bench topology", "id", t.ID, "backend", r.backend, "modes", o.Modes)
+	if err := t.buildUnderlay(); err != nil {
+		return err
+	}
+	if r.peer, err = t.startPeer(r.backend == config.BackendKernel, o.MTU); err != nil {
+		return err
+	}
+	inst, err := t.agentUp(ctx, eng, r.spec)
+	if err != nil {
+		return err
+	}
+	t.onClose(func() error { return t.agentDown(eng, inst) })
+	r.pol = &policyState{spec: r.spec, loaded: true}
+	if t.conf, err = startNSThread(t.C); err != nil {
+		return err
+	}
+	t.onClose(func() error { t.conf.Close(); return nil })
+	if o.HasMode(ModeReference) {
+		if r.ref, err = t.startReference(o.WireGuardGo, o.WG, o.MTU); err != nil {
+			return err
+		}
+	}
+	rr, err := startRRServer(t.prov)
+	if err != nil {
+		return err
+	}
+	t.onClose(rr.Close)
+	return r.waitReady(ctx)
+}
+
+// waitReady waits for both tunnels' handshakes with a ping each.
+func (r *runner) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := waitPing(ctx, r.t.conf, tunnelPeer); err != nil {
+		return fmt.Errorf("agent tunnel handshake: %w", err)
+	}
+	if r.ref != nil {
+		// The kill switch (loaded by engine.Up) rejects anything but the
+		// agent's tunnel; the reference mode runs without it.
+		if err := r.pol.set(false); err != nil {
+			return err
+		}
+		if err := waitPing(ctx, r.t.conf, refServer); err != nil {
+			return fmt.Errorf("reference tunnel handshake: %w", err)
+		}
+	}
+	r.res.Topology = r.topology()
+	return nil
+}
+
+// measure runs every workload (ABBA over the modes), the shaped
+// scenarios if netem exists, and the up/down timing.
+func (r *runner) measure(ctx context.Context) error {
+	o := r.o
+	wls, err := FilterWorkloads(Workloads(o.Streams), o.Workloads)
+	if err != nil {
+		return err
+	}
+	shaped := r.shapingPlan()
+	r.total = len(wls) * o.Samples * len(o.Modes)
+	for _, sc := range shaped {
+		r.total += len(sc.workloads) * o.Samples * len(sc.modes)
+	}
+	for _, w := range wls {
+		if err := r.workload(ctx, w, o.Modes); err != nil {
+			return err
+		}
+	}
+	for _, sc := range shaped {
+		if err := r.shaped(ctx, sc); err != nil {
+			return err
+		}
+	}
+	if len(o.Workloads) == 0 || slices.Contains(o.Workloads, UpDownWorkload) {
+		ud, err := r.upDown(ctx)
+		r.res.UpDown = ud
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// workload takes every sample of w: rounds in ABBA order of modes.
+func (r *runner) workload(ctx context.Context, w Workload, modes []Mode) error {
+	for _, st := range Schedule(modes, r.o.Samples) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s := r.sample(ctx, w, st.Mode, st.Round)
+		r.res.Samples = append(r.res.Samples, s)
+		r.progress(&s)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// finish fills in the summaries and the end state.
+func (r *runner) finish(err error) {
+	res := r.res
+	res.Finished = time.Now().UTC()
+	res.Host.LoadAvgEnd = loadAvg()
+	if err != nil {
+		res.Error = err.Error()
+		res.Interrupted = errors.Is(err, context.Canceled)
+	}
+	for _, m := range r.o.Modes {
+		res.Modes = append(res.Modes, ModeEnd{Mode: m, NFT: r.modeNFT[m]})
+	}
+	res.Summary, res.Paired = BuildSummary(res.Samples, r.o.Modes)
+	res.Targets = Targets(res)
+	res.Notes = append(res.Notes, notes(res)...)
+}
+
+// quietLogger keeps the engine's per-namespace info lines out of the
+// progress output.
+func quietLogger(l *slog.Logger) *slog.Logger {
+	return slog.New(levelFilter{l.Handler(), slog.LevelWarn})
+}
+
+// kernelWG describes the kernel's WireGuard support for the record.
+func kernelWG() string {
+	if err := wireguard.ProbeKernel(); err != nil {
+		return "unavailable: " + err.Error()
+	}
+	return "available"
+}

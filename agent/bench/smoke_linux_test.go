@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+)
+
+func needRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, nftables)")
+	}
+	for _, tool := range []string{"iperf3", "ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+}
+
+// TestSmoke runs a real, very short bench (1 sample of 1 s, two modes)
+// and checks the benchmark.json structure and that nothing is left over.
+func TestSmoke(t *testing.T) {
+	needRoot(t)
+	if testing.Short() {
+		t.Skip("real bench run skipped in -short mode")
+	}
+	dir := t.TempDir()
+	o := Options{
+		Samples: 1, Duration: time.Second, Omit: 0,
+		Modes:     []Mode{ModeDirect, ModePolicy},
+		Workloads: []string{"tcp1-up", "udp-down", "ping-idle", "rr64", UpDownWorkload},
+		Backend:   config.BackendUserspace, UpDownCycles: 2, Shaping: "off",
+		Out: filepath.Join(dir, "benchmark.json"), SVG: filepath.Join(dir, "benchmark.svg"),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	res, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	if err := WriteResult(res, o.Out, o.SVG); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(netns.Dir, res.Topology.ID+"*")); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	raw, err := os.ReadFile(o.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Schema  string
+		Host    map[string]any
+		Samples []struct {
+			Workload, Mode, Error string
+			Iperf3                json.RawMessage
+			NFT                   *NFTSnapshot
+			CPU                   map[string]any
+		}
+		UpDown  *UpDown
+		Summary []Summary
+		Targets []Target
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("benchmark.json: %v", err)
+	}
+	if doc.Schema != SchemaVersion || doc.Host["kernel"] == "" || doc.Host["backend"] != "userspace" {
+		t.Errorf("header: schema %q host %v", doc.Schema, doc.Host)
+	}
+	if len(doc.Samples) != 8 {
+		t.Fatalf("%d samples, want 4 workloads x 2 modes", len(doc.Samples))
+	}
+	for _, s := range doc.Samples {
+		if s.Error != "" {
+			t.Errorf("%s/%s: %s", s.Workload, s.Mode, s.Error)
+		}
+		if strings.HasPrefix(s.Workload, "tcp") || strings.HasPrefix(s.Workload, "udp") {
+			var ip map[string]any
+			if json.Unmarshal(s.Iperf3, &ip) != nil || ip["end"] == nil {
+				t.Errorf("%s/%s: raw iperf3 JSON missing", s.Workload, s.Mode)
+			}
+		}
+		if s.NFT == nil || s.NFT.Loaded != (s.Mode == string(ModePolicy)) {
+			t.Errorf("%s/%s: kill switch state %+v", s.Workload, s.Mode, s.NFT)
+		}
+	}
+	if doc.UpDown == nil || doc.UpDown.Paths[pathAgent] == nil || doc.UpDown.Paths[pathAgent].Up.N != 2 {
+		t.Errorf("up/down: %+v", doc.UpDown)
+	}
+	if len(doc.Summary) == 0 {
+		t.Error("no summary")
+	}
+	if _, err := os.Stat(o.SVG); err != nil {
+		t.Error(err)
+	}
+}
+
+// BenchmarkEngineUpDown times one engine.Up + engine.Teardown of a fresh
+// confined namespace (userspace backend) from the bench's underlay
+// namespace; profile it with -cpuprofile to see where up/down time goes.
+func BenchmarkEngineUpDown(b *testing.B) {
+	needRoot(b)
+	o := Options{Backend: config.BackendUserspace, Omit: -1, Log: quietLogger(discardLogger())}
+	if err := o.Normalize(); err != nil {
+		b.Fatal(err)
+	}
+	t, err := newTopo(o.Log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.Close()
+	if err := t.buildUnderlay(); err != nil {
+		b.Fatal(err)
+	}
+	r := &runner{o: &o, t: t, backend: config.BackendUserspace}
+	if r.keyFile, err = t.writeKey("agent.key", t.AgentKey); err != nil {
+		b.Fatal(err)
+	}
+	steps := map[string][]float64{}
+	n := 0
+	var up, down time.Duration
+	for b.Loop() {
+		n++
+		u, d, err := r.agentCycle(context.Background(), t.ID+"e"+itoa(n%1000), steps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		up += u
+		down += d
+	}
+	b.ReportMetric(float64(up.Microseconds())/1e3/float64(n), "up-ms/op")
+	b.ReportMetric(float64(down.Microseconds())/1e3/float64(n), "down-ms/op")
+	for k, v := range steps {
+		b.ReportMetric(Median(v), k+"-ms")
+	}
+}

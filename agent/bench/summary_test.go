@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"strings"
+	"testing"
+)
+
+// synthetic builds a result with tcp1-up throughput and CPU per mode and
+// round, ping and rr samples, and up/down timings.
+func synthetic() *Result {
+	res := &Result{Settings: Settings{Profile: "quick", Samples: 3, TunnelMTU: 1420, Modes: []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeReference}}}
+	mbps := map[Mode][]float64{
+		ModeDirect: {9000, 9100, 8900}, ModeTunnel: {2000, 2050, 1950},
+		ModePolicy: {1990, 2040, 1960}, ModeReference: {400, 410, 390},
+	}
+	for m, vs := range mbps {
+		for r, v := range vs {
+			gb := v / 8 / 1e3 * 3 // 3 s
+			res.Samples = append(res.Samples, Sample{
+				Workload: "tcp1-up", Kind: KindTCP, Mode: m, Round: r,
+				Iperf:      &IperfResult{BitsPerSecond: v * 1e6},
+				CPU:        &CPU{MachinePerGB: 6 / gb, ProcessesPerGB: 5 / gb, MovedGB: gb},
+				PingLoaded: &Latency{Sent: 10, Received: 10, P50: 1, P99: 2},
+			}, Sample{
+				Workload: "ping-idle", Kind: KindPing, Mode: m, Round: r,
+				Ping: &Latency{Sent: 10, Received: 10, P50: 0.1 * float64(r+1), P99: 0.5},
+			}, Sample{
+				Workload: "rr64", Kind: KindRR, Mode: m, Round: r,
+				RR: &RRResult{P50us: 100, P99us: 300, PerSecond: 9000},
+			})
+		}
+	}
+	res.Samples = append(res.Samples, Sample{Workload: "tcp1-up", Kind: KindTCP, Mode: ModeTunnel, Round: 3, Error: "boom"})
+	res.UpDown = &UpDown{Paths: map[string]*UDPath{
+		pathAgent: {Up: Dist{N: 3, Median: 12, Min: 10, Max: 14}, Down: Dist{N: 3, Median: 20, Min: 18, Max: 22}},
+		pathShell: {Up: Dist{N: 3, Median: 60, Min: 50, Max: 70}, Down: Dist{N: 3, Median: 7, Min: 6, Max: 8}},
+	}}
+	res.Summary, res.Paired = BuildSummary(res.Samples, res.Settings.Modes)
+	res.Targets = Targets(res)
+	return res
+}
+
+func TestBuildSummary(t *testing.T) {
+	res := synthetic()
+	d, ok := find(res.Summary, "tcp1-up", ModeTunnel, MThroughput)
+	if !ok || d != (Dist{N: 3, Median: 2000, Min: 1950, Max: 2050}) {
+		t.Errorf("tunnel throughput = %+v (the failed sample must be left out)", d)
+	}
+	var policy *Paired
+	for i, p := range res.Paired {
+		if p.Workload == "tcp1-up" && p.Metric == MThroughput && p.Mode == string(ModePolicy) {
+			policy = &res.Paired[i]
+		}
+	}
+	if policy == nil || policy.Baseline != string(ModeTunnel) || policy.Verdict != "not resolved" {
+		t.Fatalf("policy vs tunnel pairing: %+v", policy)
+	}
+	if d, ok := find(res.Summary, "rr64", ModeDirect, MRRP50); !ok || d.Median != 100 {
+		t.Errorf("rr summary %+v", d)
+	}
+}
+
+func TestTargets(t *testing.T) {
+	got := map[string]Target{}
+	for _, tg := range synthetic().Targets {
+		got[tg.Name] = tg
+	}
+	for name, met := range map[string]bool{
+		"policy-throughput/tcp1-up": true,  // 1990/2000 and overlapping
+		"policy-cpu-per-gb/tcp1-up": false, // CPU/GB rises as throughput falls: 2000/1990 > 1? no: within 3%
+		"embedded-vs-stock/tcp1-up": true,
+		"up-median-ms":              true,
+		"down-median-ms":            false,
+	} {
+		tg, ok := got[name]
+		if !ok {
+			t.Errorf("target %s missing", name)
+			continue
+		}
+		if name == "policy-cpu-per-gb/tcp1-up" {
+			met = tg.Value <= targetPolicyCPU
+		}
+		if tg.Met != met {
+			t.Errorf("target %s: met=%v value=%v (%s)", name, tg.Met, tg.Value, tg.Detail)
+		}
+	}
+	if tg := got["up-median-ms"]; !strings.Contains(tg.Detail, "shell baseline") {
+		t.Errorf("up target detail should compare with the shell baseline: %s", tg.Detail)
+	}
+}
+
+func TestChartIsWellFormedSVG(t *testing.T) {
+	res := synthetic()
+	res.Host.CPUModel = `AMD "EPYC" <test> & co`
+	svg := Chart(res)
+	dec := xml.NewDecoder(strings.NewReader(svg))
+	for {
+		_, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v", err)
+		}
+	}
+	for _, want := range []string{"<svg", "tunnel+policy", "reference", "Throughput", "Latency", "up / down", "&lt;test&gt;"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+}
+
+func TestPrintSummaryAndJSON(t *testing.T) {
+	res := synthetic()
+	var b bytes.Buffer
+	PrintSummary(&b, res)
+	for _, want := range []string{"tcp1-up", "not resolved", "targets:", "up/down", "Mbit/s"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+	if _, err := json.Marshal(res); err != nil {
+		t.Errorf("result does not encode: %v", err)
+	}
+}
+
+func TestNiceStep(t *testing.T) {
+	for raw, want := range map[float64]float64{0.3: 0.5, 1: 1, 1.2: 2, 3: 5, 7: 10, 1800: 2000, 0: 0} {
+		if got := niceStep(raw); got != want {
+			t.Errorf("niceStep(%v) = %v, want %v", raw, got, want)
+		}
+	}
+}
+
+func BenchmarkBuildSummary(b *testing.B) {
+	res := synthetic()
+	for b.Loop() {
+		BuildSummary(res.Samples, res.Settings.Modes)
+	}
+}
+
+func BenchmarkChart(b *testing.B) {
+	res := synthetic()
+	for b.Loop() {
+		_ = Chart(res)
+	}
+}

@@ -1,0 +1,124 @@
+package bench
+
+import "fmt"
+
+// The performance targets.
+const (
+	targetPolicyRatio = 0.98 // tunnel+policy / tunnel median throughput
+	targetPolicyCPU   = 1.03 // tunnel+policy / tunnel CPU-seconds per GB
+	targetStockRatio  = 0.95 // embedded / stock wireguard-go, 1-stream TCP
+	targetUpMs        = 25.0
+	targetDownMs      = 15.0
+)
+
+// Targets evaluates the performance targets on a result.
+func Targets(res *Result) []Target {
+	var out []Target
+	sums := res.Summary
+	for _, w := range workloadsOf(sums, KindTCP) {
+		a, okA := find(sums, w, ModeTunnel, MThroughput)
+		b, okB := find(sums, w, ModePolicy, MThroughput)
+		if !okA || !okB {
+			continue
+		}
+		ratio, ov := orZero(Ratio(a, b)), !Resolved(a, b)
+		out = append(out, Target{
+			Name: "policy-throughput/" + w, Value: ratio, Limit: fmt.Sprintf(">= %.2f with overlapping ranges", targetPolicyRatio),
+			Met:    ratio >= targetPolicyRatio && ov,
+			Detail: fmt.Sprintf("tunnel %s, tunnel+policy %s Mbit/s; ranges %s", fmtDist(a), fmtDist(b), overlapWord(ov)),
+		})
+		ca, okA := find(sums, w, ModeTunnel, MMachineGB)
+		cb, okB := find(sums, w, ModePolicy, MMachineGB)
+		if okA && okB {
+			pa, _ := find(sums, w, ModeTunnel, MProcsGB)
+			pb, _ := find(sums, w, ModePolicy, MProcsGB)
+			r := orZero(Ratio(ca, cb))
+			out = append(out, Target{
+				Name: "policy-cpu-per-gb/" + w, Value: r, Limit: fmt.Sprintf("<= %.2f (within 3%%)", targetPolicyCPU),
+				Met: r > 0 && r <= targetPolicyCPU,
+				Detail: fmt.Sprintf("whole-machine CPU-s/GB tunnel %s, tunnel+policy %s (ranges %s); bench processes %s vs %s (ratio %.3f)",
+					fmtDist(ca), fmtDist(cb), overlapWord(!Resolved(ca, cb)), fmtDist(pa), fmtDist(pb), orZero(Ratio(pa, pb))),
+			})
+		}
+	}
+	for _, w := range workloadsOf(sums, KindTCP) {
+		if w != "tcp1-up" && w != "tcp1-down" {
+			continue
+		}
+		ref, okA := find(sums, w, ModeReference, MThroughput)
+		emb, okB := find(sums, w, ModeTunnel, MThroughput)
+		if !okA || !okB {
+			continue
+		}
+		r := orZero(Ratio(ref, emb))
+		out = append(out, Target{
+			Name: "embedded-vs-stock/" + w, Value: r, Limit: fmt.Sprintf(">= %.2f", targetStockRatio),
+			Met:    r >= targetStockRatio,
+			Detail: fmt.Sprintf("embedded (tunnel) %s, stock wireguard-go (reference) %s Mbit/s; ranges %s", fmtDist(emb), fmtDist(ref), overlapWord(!Resolved(ref, emb))),
+		})
+	}
+	if ud := res.UpDown; ud != nil {
+		if a := ud.Paths[pathAgent]; a != nil && a.Up.N > 0 {
+			sh := ud.Paths[pathShell]
+			out = append(out, udTarget("up-median-ms", a.Up, sh, true, targetUpMs), udTarget("down-median-ms", a.Down, sh, false, targetDownMs))
+		}
+	}
+	return out
+}
+
+func udTarget(name string, d Dist, shell *UDPath, up bool, limit float64) Target {
+	t := Target{Name: name, Value: d.Median, Limit: fmt.Sprintf("<= %.0f ms", limit), Met: d.Median <= limit}
+	t.Detail = "agent " + fmtDist(d) + " ms"
+	if shell != nil {
+		s := shell.Down
+		if up {
+			s = shell.Up
+		}
+		t.Detail += fmt.Sprintf("; shell baseline %s ms; agent/shell %.2f", fmtDist(s), orZero(Ratio(s, d)))
+	}
+	return t
+}
+
+func overlapWord(notResolved bool) string {
+	if notResolved {
+		return "overlap or n<2 (not resolved)"
+	}
+	return "do not overlap (resolved)"
+}
+
+// notes are the reading instructions stored next to the numbers.
+func notes(res *Result) []string {
+	n := []string{
+		"This measures the incremental cost of the kill-switch policy and of the tunnel in a synthetic local tunnel (all namespaces on one machine), not a commercial VPN.",
+		"Whole-machine CPU (/proc/stat) includes the local WireGuard peer, iperf3, the bench's probers and anything else running on the machine; it does not isolate WireGuard's encryption cost.",
+		"iperf3's own CPU fields (iperfHostCpuPct, iperfRemoteCpuPct) describe the iperf3 processes only, not WireGuard's cost.",
+		"iperf3 3.x before 3.16 is single-threaded: with several streams one iperf3 process is a ceiling of its own.",
+		"One short run is no throughput guarantee; compare medians only when ranges do not overlap.",
+		"In tunnel modes the agent's CPU is the bench process: it holds the embedded wireguard-go data plane, plus the probers.",
+	}
+	if la := res.Host.LoadAvgStart; len(la) > 0 && la[0] >= 0.5 {
+		n = append(n, fmt.Sprintf("The machine was not idle at the start (1-minute load %.2f): other work shares the CPUs and whole-machine CPU figures include it.", la[0]))
+	}
+	if c, total := contended(res.Samples); c > 0 {
+		n = append(n, fmt.Sprintf("%d of %d samples shared the CPUs with foreign work (machine CPU outside the bench's processes above a quarter of a CPU, cpu.otherSec): their whole-machine CPU figures, and probably their throughput, are disturbed.", c, total))
+	}
+	if !res.Shaping.Available {
+		n = append(n, "Shaped links: "+res.Shaping.Reason+".")
+	}
+	return n
+}
+
+// contended counts the samples during which more than a quarter of a CPU
+// went to work outside the bench's processes.
+func contended(samples []Sample) (n, total int) {
+	for _, s := range samples {
+		if s.CPU == nil || s.CPU.WallSec <= 0 {
+			continue
+		}
+		total++
+		if s.CPU.OtherSec > 0.25*s.CPU.WallSec {
+			n++
+		}
+	}
+	return n, total
+}

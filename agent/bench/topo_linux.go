@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// topo is the bench's private network: an underlay namespace standing in
+// for the host (the agent's data plane opens its UDP socket there), a
+// provider namespace (WireGuard peer, iperf3 server, request/response
+// server) joined to it by a veth, and the confined namespace that
+// engine.Up builds. Nothing is created in the namespace the bench was
+// started in except files under /run and /etc/netns that the agent
+// itself uses.
+type topo struct {
+	ID           string // "vb" + 6 hex digits
+	U, P, C      string // namespace names: underlay, provider, confined
+	VethU, VethP string
+	PeerIf       string // provider's WireGuard interface
+	RefIf        string // reference tunnel interface (stock wireguard-go)
+	Dir          string // keys and logs, mode 0700
+
+	PeerKey, AgentKey, RefKey wgtypes.Key
+
+	under, prov, conf *nsThread
+	log               *slog.Logger
+	undo              []func() error
+}
+
+// newTopo names a topology and makes its private directory; nothing else
+// exists yet.
+func newTopo(log *slog.Logger) (*topo, error) {
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("random id: %w", err)
+	}
+	id := "vb" + hex.EncodeToString(b)
+	t := &topo{ID: id, U: id + "u", P: id + "p", C: id + "c", VethU: id + "a", VethP: id + "b", PeerIf: id + "w", RefIf: id + "r", log: log}
+	dir, err := os.MkdirTemp("", "vpn-bench-"+id+"-")
+	if err != nil {
+		return nil, fmt.Errorf("create work dir: %w", err)
+	}
+	t.Dir = dir
+	t.onClose(func() error { return os.RemoveAll(dir) })
+	for _, k := range []*wgtypes.Key{&t.PeerKey, &t.AgentKey, &t.RefKey} {
+		if *k, err = wgtypes.GeneratePrivateKey(); err != nil {
+			t.Close()
+			return nil, fmt.Errorf("generate key: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// onClose registers an undo; Close runs them in reverse.
+func (t *topo) onClose(fn func() error) { t.undo = append(t.undo, fn) }
+
+// Close removes everything the topology created, in reverse order, and
+// keeps going past failures.
+func (t *topo) Close() error {
+	var errs []error
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		if err := t.undo[i](); err != nil {
+			t.log.Warn("bench cleanup step failed", "err", err)
+			errs = append(errs, err)
+		}
+	}
+	t.undo = nil
+	return errors.Join(errs...)
+}
+
+// buildUnderlay creates the underlay and provider namespaces, their
+// threads and the veth between them.
+func (t *topo) buildUnderlay() error {
+	if err := writeMarker(t.ID); err != nil {
+		return err
+	}
+	t.onClose(func() error { return removeMarker(t.ID) })
+	for _, ns := range []string{t.U, t.P} {
+		if err := netns.Create(ns); err != nil {
+			return fmt.Errorf("bench topology: %w", err)
+		}
+		t.onClose(func() error { return netns.Delete(ns) })
+	}
+	var err error
+	if t.under, err = startNSThread(t.U); err != nil {
+		return err
+	}
+	t.onClose(func() error { t.under.Close(); return nil })
+	if t.prov, err = startNSThread(t.P); err != nil {
+		return err
+	}
+	t.onClose(func() error { t.prov.Close(); return nil })
+	if err := t.under.Do(t.makeVeth); err != nil {
+		return err
+	}
+	return t.prov.Do(func() error {
+		return addrUp(t.VethP, underlayPeer, underlayBits)
+	})
+}
+
+// makeVeth runs on the underlay thread.
+func (t *topo) makeVeth() error {
+	la := netlink.NewLinkAttrs()
+	la.Name = t.VethU
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: t.VethP}); err != nil {
+		return fmt.Errorf("create veth %s: %w", t.VethU, err)
+	}
+	peer, err := netlink.LinkByName(t.VethP)
+	if err != nil {
+		return fmt.Errorf("find veth peer %s: %w", t.VethP, err)
+	}
+	ns, err := netns.Open(t.P)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	if err := netlink.LinkSetNsFd(peer, int(ns)); err != nil {
+		return fmt.Errorf("move %s into %s: %w", t.VethP, t.P, err)
+	}
+	return addrUp(t.VethU, underlayAgent, underlayBits)
+}
+
+// addrUp disables IPv6 on iface (no DAD or router solicitations in the
+// measurements), adds an IPv4 address and sets it up. It runs on a
+// namespace thread.
+func addrUp(iface, addr string, bits int) error {
+	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+iface+"/disable_ipv6", []byte("1\n"), 0o644)
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", iface, err)
+	}
+	p := netip.PrefixFrom(netip.MustParseAddr(addr), bits)
+	if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: ipNet(p)}); err != nil {
+		return fmt.Errorf("address %s on %s: %w", p, iface, err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("set %s up: %w", iface, err)
+	}
+	return nil
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// writeKey stores a private key (base64) in the work dir, mode 0600.
+func (t *topo) writeKey(name string, k wgtypes.Key) (string, error) {
+	p := filepath.Join(t.Dir, name)
+	if err := os.WriteFile(p, []byte(k.String()+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write key: %w", err)
+	}
+	return p, nil
+}
+
+// thread returns the namespace thread a mode's client runs on.
+func (t *topo) thread(m Mode) *nsThread {
+	if m == ModeDirect {
+		return t.under
+	}
+	return t.conf
+}
+
+// nsOf names the namespace a mode's client runs in.
+func (t *topo) nsOf(m Mode) string {
+	if m == ModeDirect {
+		return t.U
+	}
+	return t.C
+}
+
+// waitPing pings addr from th until a reply arrives (the WireGuard
+// handshake is done) or ctx ends.
+func waitPing(ctx context.Context, th *nsThread, addr string) error {
+	p, err := openPinger(th, addr)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	for {
+		if _, ok := p.pingOnce(ctx, 200e6); ok {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("no reply from %s: %w", addr, ctx.Err())
+		}
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
