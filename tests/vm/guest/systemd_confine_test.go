@@ -195,9 +195,10 @@ exit 0
 			"[Service]\nType=oneshot\nExecStart=/bin/bash "+f.dir+"/getent.sh %i "+kind+"\n"+extra, kind == "confined")
 	}
 	getent("confined", "")
-	// The drop-in with the fix proposed for hosts whose /etc/resolv.conf is a symlink into
-	// /run/systemd/resolve (see dns-resolved-no-leak): only resolved's IPC sockets are made
-	// inaccessible, not the directory the resolv.conf bind mount lands in.
+	// Reference variant: the drop-in with only resolved's sockets inaccessible, not
+	// /run/systemd/resolve, where the resolv.conf bind mount lands when /etc/resolv.conf is a
+	// symlink into it (the fix of db9591e; identical to the shipped drop-in since, and a
+	// working baseline should the shipped one regress: see dns-resolved-no-leak).
 	getent("fixed", "")
 	fixed := strings.Replace(dropIn, " -/run/systemd/resolve ",
 		" -/run/systemd/resolve/io.systemd.Resolve -/run/systemd/resolve/io.systemd.Resolve.Monitor ", 1)
@@ -716,7 +717,7 @@ func TestSystemdConfinement(t *testing.T) {
 // hostResolvers is held (write) while the systemd checks run a host resolver daemon (nscd,
 // systemd-resolved) and point the VM's resolver at the decoy; tests that resolve names with
 // glibc elsewhere (vpn-agent exec getent) hold it for reading, so that no lookup of theirs
-// lands in those windows (through the bug exec-nscd-no-leak shows, it would).
+// lands in those windows (should exec regress, exec-nscd-no-leak shows where it would go).
 var hostResolvers sync.RWMutex
 
 // hostResolver takes hostResolvers for daemon ("nscd", "resolved") or releases it ("").
@@ -757,17 +758,17 @@ func execCheck(t *testing.T, name string, fn func(t *testing.T)) {
 // uplink but WireGuard, or the decoy's answer. (A lookup forced through nss-resolve may fail;
 // it must not leak.)
 //
-// Then the same lookup (name <what>-fix) with the fix proposed for exec: in its private mount
-// namespace, the host resolvers' IPC made inaccessible as the drop-in does (emulated here by
-// running vpn-agent exec inside `unshare -m` with those mounts made first; exec's own mount
-// namespace inherits them).
+// Then the same lookup (name <what>-fix) as a reference: the host resolvers' IPC made
+// inaccessible by hand, as the drop-in does (vpn-agent exec inside `unshare -m` with those
+// mounts made first; exec's own mount namespace inherits them). Since db9591e exec does this
+// itself; the reference keeps the approach proven should exec regress.
 func (f *sdFixture) execLookup(t *testing.T, what string, args ...string) {
 	t.Helper()
 	for _, fixed := range []bool{false, true} {
 		q, label := f.qname(what), "vpn-agent exec"
 		argv := append(append([]string{agentBin, "exec", f.name, "--", "getent"}, args...), "hosts")
 		if fixed {
-			q, label = f.qname(what+"-fix"), "with the proposed exec fix"
+			q, label = f.qname(what+"-fix"), "with the IPC hidden by hand (reference)"
 			argv = append([]string{"unshare", "-m", "/bin/sh", "-c", execFixScript, "sh"}, argv...)
 		}
 		argv = append(argv, q)
@@ -790,7 +791,7 @@ func (f *sdFixture) execLookup(t *testing.T, what string, args ...string) {
 	}
 }
 
-// execFixScript makes the host resolvers' IPC inaccessible in the current (private) mount
+// execFixScript (the reference for exec) makes the host resolvers' IPC inaccessible in the current (private) mount
 // namespace, the way the confinement drop-in does for units, then execs its arguments.
 const execFixScript = `set -e
 for d in /run/nscd; do [ ! -d $d ] || mount -t tmpfs -o ro,mode=000 tmpfs $d; done
@@ -858,9 +859,9 @@ func (f *sdFixture) dnsCheck(t *testing.T, what string) {
 	}
 	if what == "resolved" {
 		if p := confined("fixed", what+"-fix"); len(p) > 0 {
-			t.Errorf("with the proposed drop-in fix:\n%s", strings.Join(p, "\n"))
+			t.Errorf("reference drop-in (resolved's sockets inaccessible, not the directory):\n%s", strings.Join(p, "\n"))
 		} else {
-			t.Logf("with the proposed drop-in fix (InaccessiblePaths= on resolved's sockets, not on /run/systemd/resolve) the confined lookup goes through the tunnel, no leak")
+			t.Logf("reference drop-in (InaccessiblePaths= on resolved's sockets, not on /run/systemd/resolve): the confined lookup goes through the tunnel, no leak")
 		}
 	}
 
