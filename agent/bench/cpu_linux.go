@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -17,44 +16,43 @@ import (
 // architecture the bench runs on.
 const procStatTicks = 100
 
-// machineCPU returns busy and total ticks summed over all CPUs from the
-// "cpu" line of /proc/stat. Busy is user, nice, system, irq and softirq:
-// not idle, iowait or steal (time the hypervisor gave to someone else).
-func machineCPU() (busy, total uint64, err error) {
-	f, err := os.Open("/proc/stat")
+// machineCPU returns, summed over all CPUs from /proc/stat, the ticks
+// (USER_HZ) not spent busy - idle, iowait and steal (time the hypervisor
+// gave to someone else) - and the number of CPUs. Busy time is derived as
+// elapsed time x CPUs minus these: the kernel keeps idle time exactly,
+// while its user/system split is sampled at the tick and misses bursty
+// work that sleeps at tick time.
+func machineCPU() (notBusy uint64, cpus int, err error) {
+	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, 0, fmt.Errorf("read /proc/stat: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	if !sc.Scan() {
-		return 0, 0, fmt.Errorf("read /proc/stat: empty")
+	lines := strings.Split(string(b), "\n")
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, "cpu") {
+			cpus++
+		}
 	}
-	return parseCPULine(sc.Text())
+	notBusy, err = parseCPULine(lines[0])
+	return notBusy, cpus, err
 }
 
-func parseCPULine(line string) (busy, total uint64, err error) {
+// parseCPULine returns idle + iowait + steal from the "cpu" line.
+func parseCPULine(line string) (uint64, error) {
 	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("parse /proc/stat: unexpected first line %q", line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("parse /proc/stat: unexpected first line %q", line)
 	}
-	// user nice system idle iowait irq softirq steal guest guest_nice;
-	// guest time is already included in user and nice.
-	var idle uint64
-	for i, s := range f[1:] {
-		if i >= 8 {
-			break
-		}
-		v, err := strconv.ParseUint(s, 10, 64)
+	// user nice system idle iowait irq softirq steal ...
+	var n uint64
+	for _, i := range []int{4, 5, 8} {
+		v, err := strconv.ParseUint(f[i], 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("parse /proc/stat: %w", err)
+			return 0, fmt.Errorf("parse /proc/stat: %w", err)
 		}
-		total += v
-		if i == 3 || i == 4 || i == 7 {
-			idle += v
-		}
+		n += v
 	}
-	return total - idle, total, nil
+	return n, nil
 }
 
 // schedstat returns the CPU time of every live thread of pid, summed from
@@ -117,15 +115,16 @@ func resetHWM(pid int) {
 
 // cpuSnap is a point-in-time CPU reading.
 type cpuSnap struct {
-	at          time.Time
-	busy, total uint64
-	self        time.Duration
-	procs       map[int]time.Duration
+	at      time.Time
+	notBusy uint64 // idle + iowait + steal ticks, all CPUs
+	cpus    int
+	self    time.Duration
+	procs   map[int]time.Duration
 }
 
 func takeCPU(pids ...int) cpuSnap {
 	s := cpuSnap{at: time.Now(), self: selfCPU(), procs: map[int]time.Duration{}}
-	s.busy, s.total, _ = machineCPU()
+	s.notBusy, s.cpus, _ = machineCPU()
 	for _, p := range pids {
 		if p > 0 {
 			s.procs[p], _ = schedstat(p)

@@ -199,9 +199,9 @@ func (r *runner) readHWM(s *Sample, peer, ref int) {
 // cpuOf turns two snapshots into a CPU record.
 func cpuOf(a, b cpuSnap, peer, ref int, m Mode) *CPU {
 	c := &CPU{WallSec: b.at.Sub(a.at).Seconds(), AgentSec: (b.self - a.self).Seconds()}
-	if b.total > a.total {
-		c.MachineBusySec = float64(b.busy-a.busy) / procStatTicks
-		c.MachineUtilPct = 100 * float64(b.busy-a.busy) / float64(b.total-a.total)
+	if capacity := c.WallSec * float64(b.cpus); capacity > 0 && b.notBusy >= a.notBusy {
+		c.MachineBusySec = max(capacity-float64(b.notBusy-a.notBusy)/procStatTicks, 0)
+		c.MachineUtilPct = 100 * c.MachineBusySec / capacity
 	}
 	c.PeerSec = procDelta(a, b, peer)
 	switch m {
