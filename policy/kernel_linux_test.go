@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/policy"
+	"golang.org/x/sys/unix"
 )
 
 // allRulesets is every table the golden cases compile to.
@@ -88,6 +89,40 @@ func TestApplyInspectRemove(t *testing.T) {
 			var mm *policy.MismatchError
 			if err := st.Verify(r); !errors.As(err, &mm) {
 				t.Fatalf("Verify of a missing table: %v", err)
+			}
+		})
+	}
+}
+
+// TestCreateExclusive: Create installs the same table as Apply in a fresh
+// namespace, and refuses (EEXIST) without changing anything when the table
+// is already there, so the fast path can never duplicate rules.
+func TestCreateExclusive(t *testing.T) {
+	requireKernel(t)
+	for name, r := range allRulesets() {
+		t.Run(name, func(t *testing.T) {
+			created, cpath := newNS(t)
+			if err := policy.Create(r, cpath); err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+			c := nsRun(t, created, "nft", "list", "ruleset")
+			applied, apath := newNS(t)
+			if err := policy.Apply(r, apath); err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			if a := nsRun(t, applied, "nft", "list", "ruleset"); a != c {
+				t.Fatalf("Create and Apply load different rulesets:\n%s\n---\n%s", c, a)
+			}
+			err := policy.Create(r, cpath)
+			if !errors.Is(err, unix.EEXIST) {
+				t.Fatalf("second Create: %v, want EEXIST", err)
+			}
+			if again := nsRun(t, created, "nft", "list", "ruleset"); again != c {
+				t.Fatalf("a refused Create changed the ruleset:\n%s", again)
+			}
+			st, err := policy.Inspect(cpath, r.Name)
+			if err != nil || st.Verify(r) != nil {
+				t.Fatalf("Verify after Create: %v %v", err, st.Verify(r))
 			}
 		})
 	}

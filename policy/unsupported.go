@@ -15,6 +15,11 @@ func Apply(r *Ruleset, nsPath string) error {
 	return fmt.Errorf("apply table %s %q: %w", r.Family, r.Name, errors.ErrUnsupported)
 }
 
+// Create is only supported on Linux.
+func Create(r *Ruleset, nsPath string) error {
+	return fmt.Errorf("create table %s %q: %w", r.Family, r.Name, errors.ErrUnsupported)
+}
+
 // Remove is only supported on Linux.
 func Remove(nsPath, name string) error {
 	return fmt.Errorf("remove table %s %q: %w", FamilyINet, name, errors.ErrUnsupported)

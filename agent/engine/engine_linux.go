@@ -156,7 +156,7 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	// The kill switch goes in before any interface that could carry
 	// traffic. In an adopted namespace it is replaced atomically and never
 	// removed on rollback: fail closed.
-	if err := applyPolicy(s); err != nil {
+	if err := applyPolicy(s, !inst.Adopted); err != nil {
 		return err
 	}
 	if err := step(StepPolicy); err != nil {

@@ -21,7 +21,7 @@ func (e *Engine) Repair(ctx context.Context, inst *Instance, problems []health.P
 	}
 	var errs []error
 	if has[health.PolicyMissing] || has[health.PolicyChanged] {
-		errs = append(errs, wrap("repair kill switch", applyPolicy(inst.Spec)))
+		errs = append(errs, wrap("repair kill switch", applyPolicy(inst.Spec, false)))
 	}
 	if has[health.TunnelMissing] || has[health.DataPlaneDead] {
 		errs = append(errs, wrap("repair tunnel", e.RepairTunnel(ctx, inst)))
