@@ -62,10 +62,10 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		case sig := <-sigs:
 			log.Info("stopping", "signal", sig.String())
 			Notify("STOPPING=1")
-			return eng.Teardown(inst)
+			return teardown(eng, inst, log)
 		case <-ctx.Done():
 			Notify("STOPPING=1")
-			return errors.Join(ctx.Err(), eng.Teardown(inst))
+			return errors.Join(ctx.Err(), teardown(eng, inst, log))
 		case <-dead:
 			log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
 			repair(ctx, eng, inst, log)
@@ -78,6 +78,19 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			}
 		}
 	}
+}
+
+// teardown removes the namespace and waits until the kernel has removed
+// the tunnel interface too, so that the agent exits only when nothing of
+// the namespace is left.
+func teardown(eng *engine.Engine, inst *engine.Instance, log *slog.Logger) error {
+	err := eng.Teardown(inst)
+	select {
+	case <-inst.Reclaimed():
+	case <-time.After(10 * time.Second):
+		log.Warn("the tunnel interface is still being removed by the kernel; exiting anyway (closing its file descriptor at exit removes it)")
+	}
+	return err
 }
 
 // repair checks the instance and fixes what is broken. The kill switch is

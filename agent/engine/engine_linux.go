@@ -56,7 +56,8 @@ type Instance struct {
 	lock    *Lock
 
 	configPath string
-	pid        int // recorded in the state file: the process that holds the namespace
+	pid        int             // recorded in the state file: the process that holds the namespace
+	reclaimed  <-chan struct{} // set by Teardown: closed once the tunnel link is gone
 }
 
 func (e *Engine) log() *slog.Logger {
@@ -278,15 +279,38 @@ func (e *Engine) RepairTunnel(ctx context.Context, inst *Instance) error {
 // the kernel backend: the namespace outlives the process).
 func (inst *Instance) Release() { inst.lock.Release(false) }
 
-// Teardown removes everything of an instance this process holds.
+// Teardown removes everything of an instance this process holds. The
+// tunnel's data plane stops first; the namespace, its files and the host
+// side go next. A userspace TUN link is unregistered by the kernel in the
+// background (see Tunnel.Stop) and goes with its namespace: Reclaimed says
+// when. Callers about to exit wait for it.
 func (e *Engine) Teardown(inst *Instance) error {
+	var errs []error
+	stopped := false
+	inst.reclaimed = closedChan
 	if inst.Tunnel != nil {
-		inst.Tunnel.Destroy()
+		gone, err := inst.Tunnel.Stop()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stop tunnel: %w", err))
+		}
+		inst.reclaimed, stopped = gone, true
 	}
-	err := e.removeAll(inst.Spec.Name, inst.Spec.Interface)
+	errs = append(errs, e.removeAll(inst.Spec.Name, inst.Spec.Interface, stopped))
 	inst.lock.Release(true)
-	return err
+	return errors.Join(errs...)
 }
+
+// Reclaimed is closed once the kernel has removed the tunnel interface
+// after Teardown (at once for the kernel backend; a userspace TUN's
+// unregistering takes an RCU grace period and runs in the background).
+func (inst *Instance) Reclaimed() <-chan struct{} {
+	if inst.reclaimed == nil {
+		return closedChan
+	}
+	return inst.reclaimed
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Down removes a namespace by name, whoever brought it up. If a running
 // agent holds it, that agent is asked to stop (SIGTERM) and awaited.
@@ -313,14 +337,15 @@ func (e *Engine) Down(name string, timeout time.Duration) error {
 	if st, err := ReadState(name); err == nil && st.Interface != "" {
 		iface = st.Interface
 	}
-	err = e.removeAll(name, iface)
+	err = e.removeAll(name, iface, false)
 	lock.Release(true)
 	return err
 }
 
 // removeAll deletes every trace of a namespace by name. Each part is
-// attempted even if an earlier one fails.
-func (e *Engine) removeAll(name, iface string) error {
+// attempted even if an earlier one fails. tunnelStopped says the caller
+// has stopped this process's tunnel and its link is going away already.
+func (e *Engine) removeAll(name, iface string, tunnelStopped bool) error {
 	var errs []error
 	add := func(what string, err error) {
 		if err != nil {
@@ -330,7 +355,7 @@ func (e *Engine) removeAll(name, iface string) error {
 	add("host policy", removeHostPolicy(name))
 	add("host link", deleteHostLink("vh-"+name))
 	add("stale tunnel link", wireguard.RemoveStaleHostLink(name, iface))
-	if netns.Exists(name) {
+	if !tunnelStopped && netns.Exists(name) {
 		// Delete the tunnel before the namespace: processes still inside
 		// keep the namespace alive, and must lose the tunnel, not keep it.
 		// The kill switch stays with them.

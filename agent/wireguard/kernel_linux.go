@@ -71,6 +71,14 @@ func (k *kernelTunnel) Backend() config.Backend { return config.BackendKernel }
 func (k *kernelTunnel) Name() string            { return k.name }
 func (k *kernelTunnel) Done() <-chan struct{}   { return nil }
 
+// Stop deletes the link before it returns: the kernel link is the data
+// plane itself, so it cannot be left to disappear later.
+func (k *kernelTunnel) Stop() (<-chan struct{}, error) {
+	gone := make(chan struct{})
+	close(gone)
+	return gone, k.Destroy()
+}
+
 func (k *kernelTunnel) Destroy() error {
 	h, err := netns.Handle(k.ns)
 	if err != nil {

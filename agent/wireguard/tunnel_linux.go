@@ -23,6 +23,10 @@ type Tunnel interface {
 	Done() <-chan struct{}
 	// Destroy removes the interface and stops its data plane.
 	Destroy() error
+	// Stop stops the data plane before it returns (nothing can pass the
+	// tunnel any more) and removes the interface, possibly in the
+	// background: gone is closed once the interface no longer exists.
+	Stop() (gone <-chan struct{}, err error)
 }
 
 // Create makes the tunnel for s with backend b and moves it into the

@@ -8,8 +8,8 @@ import (
 	"os"
 	"sync"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
@@ -28,10 +28,21 @@ type userspaceTunnel struct {
 	uapi    net.Listener
 	once    sync.Once
 	destroy error
+	gone    chan struct{} // closed once the TUN link is gone (Stop)
 }
 
 func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsName string) (t Tunnel, err error) {
-	td, err := OpenTUN(s.Interface)
+	// The TUN link is created directly inside the namespace, by a thread
+	// that enters it and exits afterwards: the link never exists in the
+	// host namespace, and no move is needed (moving a link costs an RCU
+	// grace period). The birthplace trick is about the UDP socket, which
+	// dev.Up below opens from this host-namespace thread.
+	var td tun.Device
+	err = netns.Do(nsName, func() error {
+		var err error
+		td, err = OpenTUN(s.Interface)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -40,13 +51,6 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 			td.Close()
 		}
 	}()
-	link, err := netlink.LinkByName(s.Interface)
-	if err != nil {
-		return nil, fmt.Errorf("find tun %q: %w", s.Interface, err)
-	}
-	if err := moveToNS(link, nsName); err != nil {
-		return nil, err
-	}
 	dev := device.NewDevice(fixedMTU{td, s.MTU}, conn.NewDefaultBind(), deviceLogger(log, s.Interface))
 	defer func() {
 		if err != nil {
@@ -66,9 +70,14 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 	if err != nil {
 		return nil, fmt.Errorf("open UAPI socket for %q: %w", s.Interface, err)
 	}
-	ul, err := ipc.UAPIListen(s.Interface, uf)
+	// A plain listener, not ipc.UAPIListen: that one also watches the
+	// socket file with inotify, and closing an inotify descriptor waits
+	// for an SRCU grace period (10-30 ms here) on every teardown. The
+	// engine removes the socket file itself.
+	ul, err := net.FileListener(uf)
+	uf.Close()
 	if err != nil {
-		uf.Close()
+		os.Remove(UAPISocket(s.Interface))
 		return nil, fmt.Errorf("listen on UAPI socket for %q: %w", s.Interface, err)
 	}
 	go func() {
@@ -83,10 +92,10 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul}, nil
 }
 
-// OpenTUN creates a TUN device (in the calling thread's namespace) without wireguard-go's link monitors: they
-// watch the namespace the device was born in, which is wrong once the
-// link moves. We drive the device's up/down state ourselves. IFF_VNET_HDR
-// keeps TSO/GSO offloads on.
+// OpenTUN creates a TUN device in the calling thread's namespace, without
+// wireguard-go's link monitors (they would watch the namespace of whichever
+// thread opened their netlink socket). The engine drives the link's
+// up/down state itself. IFF_VNET_HDR keeps TSO/GSO offloads on.
 func OpenTUN(name string) (tun.Device, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -132,15 +141,33 @@ func (u *userspaceTunnel) Name() string            { return u.name }
 func (u *userspaceTunnel) Done() <-chan struct{}   { return u.dev.Wait() }
 
 func (u *userspaceTunnel) Destroy() error {
+	gone, err := u.Stop()
+	<-gone
+	return err
+}
+
+// Stop stops the data plane at once: the UAPI socket is removed and the
+// device goes down, which closes its UDP socket and stops every peer, so
+// nothing can leave through the tunnel any more. Closing the TUN fd, which
+// makes the kernel unregister the link (an RCU grace period, about 20 ms
+// here), runs in the background; the returned channel is closed when it is
+// done.
+func (u *userspaceTunnel) Stop() (<-chan struct{}, error) {
 	u.once.Do(func() {
+		u.gone = make(chan struct{})
 		u.uapi.Close()
-		u.dev.Close() // closes the TUN fd: the kernel removes the link
-		err := os.Remove(UAPISocket(u.name))
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(UAPISocket(u.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			u.destroy = err
 		}
+		if err := u.dev.Down(); err != nil {
+			u.destroy = errors.Join(u.destroy, fmt.Errorf("stop wireguard %q: %w", u.name, err))
+		}
+		go func() {
+			u.dev.Close() // closes the TUN fd: the kernel removes the link
+			close(u.gone)
+		}()
 	})
-	return u.destroy
+	return u.gone, u.destroy
 }
 
 // UAPISocket is where wireguard-go's UAPI socket for iface lives.
