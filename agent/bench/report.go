@@ -131,6 +131,9 @@ func printUpDown(w io.Writer, ud *UpDown) {
 			continue
 		}
 		fmt.Fprintf(w, "  %-6s up %s  down %s  (%s)\n", name, fmtDist(p.Up), fmtDist(p.Down), p.Description)
+		if p.Reclaim != nil {
+			fmt.Fprintf(w, "         down until the kernel removed the tunnel interface too: %s\n", fmtDist(*p.Reclaim))
+		}
 		if len(p.StepMedian) > 0 {
 			var parts []string
 			for _, k := range stepOrder(p.StepMedian) {

@@ -205,6 +205,12 @@ type UDPath struct {
 	Down        Dist                 `json:"down"`
 	StepMs      map[string][]float64 `json:"stepMs,omitempty"` // agent: engine.Up per step
 	StepMedian  map[string]float64   `json:"stepMedianMs,omitempty"`
+	// ReclaimMs (agent) is, per cycle, the time from the start of
+	// engine.Teardown until the kernel had removed the tunnel interface
+	// (Instance.Reclaimed): down plus the link's unregistering, which
+	// Teardown leaves running in the background for a userspace TUN.
+	ReclaimMs []float64 `json:"reclaimMs,omitempty"`
+	Reclaim   *Dist     `json:"reclaim,omitempty"`
 }
 
 // Summary is one workload x mode x metric.

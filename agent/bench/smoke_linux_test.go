@@ -95,6 +95,10 @@ func TestSmoke(t *testing.T) {
 	}
 	if doc.UpDown == nil || doc.UpDown.Paths[pathAgent] == nil || doc.UpDown.Paths[pathAgent].Up.N != 2 {
 		t.Errorf("up/down: %+v", doc.UpDown)
+	} else if a := doc.UpDown.Paths[pathAgent]; a.Reclaim == nil || a.Reclaim.N != 2 || a.Reclaim.Min < a.Down.Min {
+		// Each cycle verified what down promises when Teardown returned,
+		// and waited for the kernel to remove the TUN link (reclaim >= down).
+		t.Errorf("up/down reclaim: %+v (down %+v)", a.Reclaim, a.Down)
 	}
 	if len(doc.Summary) == 0 {
 		t.Error("no summary")
@@ -127,18 +131,20 @@ func BenchmarkEngineUpDown(b *testing.B) {
 	}
 	steps := map[string][]float64{}
 	n := 0
-	var up, down time.Duration
+	var up, down, reclaim time.Duration
 	for b.Loop() {
 		n++
-		u, d, err := r.agentCycle(context.Background(), t.ID+"e"+itoa(n%1000), steps)
+		u, d, rc, err := r.agentCycle(context.Background(), t.ID+"e"+itoa(n%1000), steps)
 		if err != nil {
 			b.Fatal(err)
 		}
 		up += u
 		down += d
+		reclaim += rc
 	}
 	b.ReportMetric(float64(up.Microseconds())/1e3/float64(n), "up-ms/op")
 	b.ReportMetric(float64(down.Microseconds())/1e3/float64(n), "down-ms/op")
+	b.ReportMetric(float64(reclaim.Microseconds())/1e3/float64(n), "reclaim-ms/op")
 	for k, v := range steps {
 		b.ReportMetric(Median(v), k+"-ms")
 	}

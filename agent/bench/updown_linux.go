@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
@@ -23,8 +24,12 @@ const (
 )
 
 const upDownSteps = "up: a fresh confined namespace to a configured tunnel with the kill switch loaded " +
-	"(netns, nft table, resolver files, WireGuard interface born in the underlay namespace and moved in, " +
-	"MTU, address, link up, default route; the handshake is excluded); down: everything removed again"
+	"(netns, nft table, resolver files, tunnel interface - kernel: a WireGuard link born in the underlay namespace " +
+	"and moved in; userspace: a TUN created inside the namespace, its UDP socket in the underlay - MTU, address, " +
+	"link up, default route; the handshake is excluded); down: until engine.Teardown returns - the data plane " +
+	"stopped (UDP socket closed, peers stopped), the namespace, resolver and runtime files removed; reclaim: down " +
+	"plus the kernel's unregistering of a userspace TUN link, which Teardown leaves running in the background " +
+	"(vpn-agent run waits for it before exiting)"
 
 // upDown times bringing fresh confined namespaces up and down: the agent
 // path (engine.Up and engine.Teardown in this process, as `vpn-agent run`
@@ -50,10 +55,11 @@ func (r *runner) upDown(ctx context.Context) (*UpDown, error) {
 					return ud, err
 				}
 				n++
-				var up, down time.Duration
+				var up, down, reclaim time.Duration
 				var err error
 				if p == pathAgent {
-					up, down, err = r.agentCycle(ctx, fmt.Sprintf("%se%d", r.t.ID, n%1000), ud.Paths[p].StepMs)
+					up, down, reclaim, err = r.agentCycle(ctx, fmt.Sprintf("%se%d", r.t.ID, n%1000), ud.Paths[p].StepMs)
+					ud.Paths[p].ReclaimMs = append(ud.Paths[p].ReclaimMs, ms(reclaim))
 				} else {
 					up, down, err = r.shellCycle(ctx, fmt.Sprintf("%ss%d", r.t.ID, n%1000))
 				}
@@ -71,6 +77,10 @@ func (r *runner) upDown(ctx context.Context) (*UpDown, error) {
 	}
 	for _, p := range ud.Paths {
 		p.Up, p.Down = Summarize(p.UpMs), Summarize(p.DownMs)
+		if len(p.ReclaimMs) > 0 {
+			d := Summarize(p.ReclaimMs)
+			p.Reclaim = &d
+		}
 		if len(p.StepMs) > 0 {
 			p.StepMedian = map[string]float64{}
 			for k, v := range p.StepMs {
@@ -85,11 +95,13 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // agentCycle runs engine.Up and engine.Teardown for a fresh namespace on
 // the underlay thread, timing Up per step through the engine's AfterStep
-// hook.
-func (r *runner) agentCycle(ctx context.Context, name string, steps map[string][]float64) (up, down time.Duration, err error) {
+// hook. down ends when Teardown returns; reclaim when the kernel has also
+// removed the tunnel interface (untimed work must not overlap the next
+// cycle, so the cycle waits for it).
+func (r *runner) agentCycle(ctx context.Context, name string, steps map[string][]float64) (up, down, reclaim time.Duration, err error) {
 	spec, err := r.t.agentSpec(name, r.backend, r.o.MTU, r.keyFile)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	var mark time.Time
 	eng := &engine.Engine{Log: quietLogger(r.o.Log)}
@@ -115,19 +127,44 @@ func (r *runner) agentCycle(ctx context.Context, name string, steps map[string][
 	})
 	if err != nil {
 		removeByName(name)
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	verr := verifyUp(name, spec.Interface)
+	var t0 time.Time
 	err = r.t.under.Do(func() error {
-		t0 := time.Now()
+		t0 = time.Now()
 		err := eng.Teardown(inst)
 		down = time.Since(t0)
 		return err
 	})
-	if err == nil && netns.Exists(name) {
-		err = fmt.Errorf("namespace %s still exists after teardown", name)
+	if err == nil {
+		err = verifyDown(name, spec.Interface)
 	}
-	return up, down, errors.Join(verr, err)
+	select {
+	case <-inst.Reclaimed():
+		reclaim = time.Since(t0)
+	case <-time.After(10 * time.Second):
+		err = errors.Join(err, fmt.Errorf("%s: tunnel interface not removed 10 s after teardown", name))
+	}
+	return up, down, reclaim, errors.Join(verr, err)
+}
+
+// verifyDown checks (untimed, right after Teardown returned) what down
+// promises at that point: no namespace, resolver or runtime files, no
+// tunnel link or UAPI socket in the host namespace.
+func verifyDown(name, iface string) error {
+	var errs []error
+	for _, p := range []string{netns.Path(name), filepath.Join(config.EtcNetnsDir, name),
+		filepath.Join(config.RuntimeDir, name), filepath.Join(config.RuntimeDir, name+".lock"),
+		"/var/run/wireguard/" + iface + ".sock"} {
+		if _, err := os.Lstat(p); err == nil {
+			errs = append(errs, fmt.Errorf("%s still exists after teardown", p))
+		}
+	}
+	if _, err := netlink.LinkByName(iface); err == nil {
+		errs = append(errs, fmt.Errorf("%s still exists in the host namespace after teardown", iface))
+	}
+	return errors.Join(errs...)
 }
 
 // verifyUp checks (untimed) that a namespace really is up: the kill
