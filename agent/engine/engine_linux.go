@@ -328,7 +328,13 @@ func (e *Engine) Down(name string, timeout time.Duration) error {
 		if serr := syscall.Kill(pid, syscall.SIGTERM); serr != nil && !errors.Is(serr, syscall.ESRCH) {
 			return fmt.Errorf("signal agent pid %d: %w", pid, serr)
 		}
+		deadline := time.Now().Add(timeout)
 		lock, err = WaitLock(name, timeout)
+		if err == nil {
+			if werr := waitExit(pid, deadline); werr != nil {
+				e.log().Warn("the agent released the namespace but has not exited", "namespace", name, "err", werr)
+			}
+		}
 	}
 	if err != nil {
 		return err

@@ -69,6 +69,23 @@ func WaitLock(name string, timeout time.Duration) (*Lock, error) {
 	}
 }
 
+// waitExit waits until process pid has exited (or is a zombie) or the
+// deadline passes. A stopping agent releases its lock before the kernel has
+// finished removing its TUN link, and exits only after that.
+func waitExit(pid int, deadline time.Time) error {
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// The state follows the ")" that ends the command name.
+		if i := strings.LastIndexByte(string(b), ')'); err != nil || (i >= 0 && i+2 < len(b) && b[i+2] == 'Z') {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent pid %d still running after it released the namespace", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // Release unlocks; with remove, the lock file is deleted first (Down).
 func (l *Lock) Release(remove bool) {
 	if l == nil || l.f == nil {
