@@ -588,24 +588,14 @@ func wgFlow(ep netip.AddrPort) observe.Match {
 // a killed agent). Replies about WireGuard, not confined traffic.
 func wgICMPErrors(ep netip.AddrPort) observe.Match {
 	return func(p observe.Packet) bool {
-		if p.Proto != observe.ProtoICMP || p.ICMPType != 3 {
-			return false
-		}
-		q := p.Payload // the quoted IPv4 header and the first 8 bytes of UDP
-		if len(q) < 20 || q[0]>>4 != 4 || q[9] != observe.ProtoUDP {
-			return false
-		}
-		ihl := int(q[0]&0xf) * 4
-		if len(q) < ihl+4 {
-			return false
-		}
-		qsrc, qdst := netip.AddrFrom4([4]byte(q[12:16])), netip.AddrFrom4([4]byte(q[16:20]))
-		qsport, qdport := uint16(q[ihl])<<8|uint16(q[ihl+1]), uint16(q[ihl+2])<<8|uint16(q[ihl+3])
+		qsrc, qdst, ok := observe.QuotedUDP(p)
 		switch {
+		case !ok:
+			return false
 		case p.Dst == topo.HostUplink4:
-			return qsrc == topo.HostUplink4 && qdst == ep.Addr() && qdport == ep.Port()
+			return qsrc.Addr() == topo.HostUplink4 && qdst == ep
 		case p.Src == topo.HostUplink4 && p.Dst == ep.Addr():
-			return qsrc == ep.Addr() && qsport == ep.Port() && qdst == topo.HostUplink4
+			return qsrc == ep && qdst.Addr() == topo.HostUplink4
 		}
 		return false
 	}

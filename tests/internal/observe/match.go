@@ -69,3 +69,23 @@ func Any(ms ...Match) Match {
 
 // Not negates m.
 func Not(m Match) Match { return func(p Packet) bool { return !m(p) } }
+
+// QuotedUDP returns the UDP addresses quoted by an ICMPv4 destination
+// unreachable error (the offending datagram's IPv4 header and the first 8
+// bytes of its UDP header); ok is false for anything else.
+func QuotedUDP(p Packet) (src, dst netip.AddrPort, ok bool) {
+	if p.Proto != ProtoICMP || p.ICMPType != 3 {
+		return src, dst, false
+	}
+	q := p.Payload
+	if len(q) < 20 || q[0]>>4 != 4 || q[9] != ProtoUDP {
+		return src, dst, false
+	}
+	ihl := int(q[0]&0xf) * 4
+	if len(q) < ihl+4 {
+		return src, dst, false
+	}
+	src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(q[12:16])), uint16(q[ihl])<<8|uint16(q[ihl+1]))
+	dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(q[16:20])), uint16(q[ihl+2])<<8|uint16(q[ihl+3]))
+	return src, dst, true
+}

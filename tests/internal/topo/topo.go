@@ -328,17 +328,10 @@ func (tp *Topo) ClientPeer(ifname string) *provider.WireGuard {
 // in namespace ns, stopped at cleanup. cfg.Log defaults to Dir/<name>.log.
 func (tp *Topo) StartProcess(t testing.TB, name, ns, bin string, cfg *provider.Config) *Process {
 	t.Helper()
-	if cfg.Log == "" {
-		cfg.Log = filepath.Join(tp.Dir, name+".log")
-	}
-	p, err := tp.process(name, ns, bin, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := tp.NewProcess(t, name, ns, bin, cfg)
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Stop() })
 	return p
 }
 

@@ -145,27 +145,16 @@ var wgTraffic = observe.UDP(netip.AddrPortFrom(topo.HostUplink4, 0), ap(topo.End
 // deleted (port unreachable). Replies about WireGuard's own packets, not traffic of the
 // confined side: the quoted UDP header must carry the WireGuard port on the endpoint's side.
 func wgErrors(p observe.Packet) bool {
-	if p.Proto != observe.ProtoICMP || p.ICMPType != 3 {
+	qsrc, qdst, ok := observe.QuotedUDP(p)
+	switch {
+	case !ok:
 		return false
+	case p.Src == topo.Endpoint4 && p.Dst == topo.HostUplink4:
+		return qdst.Port() == topo.WGPort // our datagram to the endpoint bounced
+	case p.Src == topo.HostUplink4 && p.Dst == topo.Endpoint4:
+		return qsrc.Port() == topo.WGPort // the endpoint's datagram to us bounced
 	}
-	fromEndpoint := p.Src == topo.Endpoint4 && p.Dst == topo.HostUplink4
-	fromHost := p.Src == topo.HostUplink4 && p.Dst == topo.Endpoint4
-	if !fromEndpoint && !fromHost {
-		return false
-	}
-	q := p.Payload // the quoted IPv4 header and the first 8 bytes of UDP
-	if len(q) < 20 || q[0]>>4 != 4 || q[9] != observe.ProtoUDP {
-		return false
-	}
-	ihl := int(q[0]&0xf) * 4
-	if len(q) < ihl+4 {
-		return false
-	}
-	sport, dport := int(q[ihl])<<8|int(q[ihl+1]), int(q[ihl+2])<<8|int(q[ihl+3])
-	if fromEndpoint {
-		return dport == topo.WGPort // our datagram to the endpoint bounced
-	}
-	return sport == topo.WGPort // the endpoint's datagram to us bounced
+	return false
 }
 
 func hits(t *testing.T, p *topo.Process, mark int) []provider.Event {

@@ -388,6 +388,13 @@ func (f *sdFixture) loopOK(inv string, n int, d time.Duration) bool {
 // check runs one named systemd check as a subtest and reports it for the tier summary.
 func check(t *testing.T, name string, fn func(t *testing.T)) {
 	t.Helper()
+	summarized(t, "systemd-check", name, fn)
+}
+
+// summarized runs fn as subtest name and reports "<kind> <name> ok|FAIL"
+// for the tier summary.
+func summarized(t *testing.T, kind, name string, fn func(t *testing.T)) {
+	t.Helper()
 	ran, skipped := false, false
 	ok := t.Run(name, func(t *testing.T) {
 		ran = true
@@ -397,9 +404,9 @@ func check(t *testing.T, name string, fn func(t *testing.T)) {
 	switch {
 	case !ran || skipped: // filtered out by -test.run, or skipped: not a check that ran
 	case ok:
-		vmsummary("systemd-check %s ok", name)
+		vmsummary("%s %s ok", kind, name)
 	default:
-		vmsummary("systemd-check %s FAIL", name)
+		vmsummary("%s %s FAIL", kind, name)
 	}
 }
 
@@ -743,19 +750,7 @@ func (f *sdFixture) hostResolver(t *testing.T, daemon string) {
 // execCheck runs a check of `vpn-agent exec` and reports it for the tier summary.
 func execCheck(t *testing.T, name string, fn func(t *testing.T)) {
 	t.Helper()
-	ran, skipped := false, false
-	ok := t.Run(name, func(t *testing.T) {
-		ran = true
-		defer func() { skipped = t.Skipped() }()
-		fn(t)
-	})
-	switch {
-	case !ran || skipped:
-	case ok:
-		vmsummary("exec-check %s ok", name)
-	default:
-		vmsummary("exec-check %s FAIL", name)
-	}
+	summarized(t, "exec-check", name, fn)
 }
 
 // execLookup runs `vpn-agent exec NAME -- getent [args] hosts <what>.<id>.vmtest` from the
