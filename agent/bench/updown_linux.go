@@ -14,6 +14,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -154,9 +155,8 @@ func (r *runner) agentCycle(ctx context.Context, name string, steps map[string][
 // tunnel link or UAPI socket in the host namespace.
 func verifyDown(name, iface string) error {
 	var errs []error
-	for _, p := range []string{netns.Path(name), filepath.Join(config.EtcNetnsDir, name),
-		filepath.Join(config.RuntimeDir, name), filepath.Join(config.RuntimeDir, name+".lock"),
-		"/var/run/wireguard/" + iface + ".sock"} {
+	for _, p := range []string{netns.Path(name), engine.ResolverDir(name), engine.StateDir(name),
+		filepath.Join(config.RuntimeDir, name+".lock"), wireguard.UAPISocket(iface)} {
 		if _, err := os.Lstat(p); err == nil {
 			errs = append(errs, fmt.Errorf("%s still exists after teardown", p))
 		}
@@ -259,7 +259,7 @@ func (r *runner) shellCycle(ctx context.Context, name string) (up, down time.Dur
 	}
 	// Untimed: the daemonized wireguard-go exits once its TUN is gone.
 	if r.backend == config.BackendUserspace {
-		if err := waitGone("/var/run/wireguard/"+iface+".sock", 3*time.Second); err != nil {
+		if err := waitGone(wireguard.UAPISocket(iface), 3*time.Second); err != nil {
 			killStock(iface)
 		}
 	}

@@ -286,16 +286,14 @@ func (inst *Instance) Release() { inst.lock.Release(false) }
 // when. Callers about to exit wait for it.
 func (e *Engine) Teardown(inst *Instance) error {
 	var errs []error
-	stopped := false
-	inst.reclaimed = closedChan
 	if inst.Tunnel != nil {
 		gone, err := inst.Tunnel.Stop()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("stop tunnel: %w", err))
 		}
-		inst.reclaimed, stopped = gone, true
+		inst.reclaimed = gone
 	}
-	errs = append(errs, e.removeAll(inst.Spec.Name, inst.Spec.Interface, stopped))
+	errs = append(errs, e.removeAll(inst.Spec.Name, inst.Spec.Interface, inst.Tunnel != nil))
 	inst.lock.Release(true)
 	return errors.Join(errs...)
 }
