@@ -70,8 +70,14 @@ func addContents(c *nftables.Conn, t *nftables.Table, r *Ruleset) error {
 		}
 		sets[s.Name] = s
 	}
-	for _, ch := range r.Chains {
-		nc := c.AddChain(lowerChain(t, &ch))
+	// Every chain exists before the first rule, so a goto may name a
+	// chain declared after the rule's own.
+	chains := make([]*nftables.Chain, len(r.Chains))
+	for i := range r.Chains {
+		chains[i] = c.AddChain(lowerChain(t, &r.Chains[i]))
+	}
+	for k, ch := range r.Chains {
+		nc := chains[k]
 		for i, rule := range ch.Rules {
 			exprs, err := lowerRule(rule, sets)
 			if err != nil {
@@ -120,6 +126,9 @@ func table(name string) *nftables.Table {
 }
 
 func lowerChain(t *nftables.Table, c *Chain) *nftables.Chain {
+	if !c.Base() {
+		return &nftables.Chain{Name: c.Name, Table: t}
+	}
 	hooks := map[Hook]*nftables.ChainHook{
 		HookPrerouting:  nftables.ChainHookPrerouting,
 		HookInput:       nftables.ChainHookInput,

@@ -93,6 +93,11 @@ const (
 	Drop   Verdict = "drop"
 )
 
+// Goto continues evaluation in a regular chain of the same table and does
+// not come back ("goto out_tunnel"): a packet that falls off that chain's
+// end gets the verdict of the base chain's policy.
+type Goto struct{ Chain string }
+
 // Reject rejects with a TCP reset (the rule must match TCP first) or with
 // ICMP(v6) administratively prohibited.
 type Reject struct{ TCPReset bool }
@@ -116,6 +121,7 @@ func (FibDaddrLocal) isExpr() {}
 func (ClampMSS) isExpr()      {}
 func (CounterRef) isExpr()    {}
 func (Verdict) isExpr()       {}
+func (Goto) isExpr()          {}
 func (Reject) isExpr()        {}
 func (DNAT) isExpr()          {}
 
@@ -186,6 +192,7 @@ func (FibDaddrLocal) String() string  { return "fib daddr type local" }
 func (ClampMSS) String() string       { return "tcp option maxseg size set rt mtu" }
 func (e CounterRef) String() string   { return fmt.Sprintf("counter name %q", e.Name) }
 func (v Verdict) String() string      { return string(v) }
+func (g Goto) String() string         { return "goto " + g.Chain }
 
 func (e Reject) String() string {
 	if e.TCPReset {

@@ -119,6 +119,8 @@ func (c *lowerCtx) lower(e Expr) ([]expr.Any, error) {
 			k = expr.VerdictDrop
 		}
 		return []expr.Any{&expr.Verdict{Kind: k}}, nil
+	case Goto:
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: e.Chain}}, nil
 	case Reject:
 		if e.TCPReset {
 			return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}, nil

@@ -81,7 +81,9 @@ func renderChain(b *strings.Builder, c *Chain) {
 		fmt.Fprintf(b, "\t# %s\n", c.Comment)
 	}
 	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
-	fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy %s;\n", c.Type, c.Hook, priorityName(c), c.Policy)
+	if c.Base() {
+		fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy %s;\n", c.Type, c.Hook, priorityName(c), c.Policy)
+	}
 	for _, r := range c.Rules {
 		fmt.Fprintf(b, "\t\t%s\n", r)
 	}

@@ -98,7 +98,10 @@ const (
 	PriorityDstNAT int32 = -100
 )
 
-// Chain is a base chain.
+// Chain is a base chain (Hook set), or a regular chain (Hook, Type and
+// Policy empty) that rules of the same table reach with Goto. A regular
+// chain has no policy of its own: a packet that falls off its end returns
+// to the base chain that went there, and gets that chain's policy.
 type Chain struct {
 	Name     string
 	Type     ChainType
@@ -115,6 +118,9 @@ type Rule struct {
 	Exprs   []Expr
 	Comment string
 }
+
+// Base reports whether c is a base chain (hooked into netfilter).
+func (c *Chain) Base() bool { return c.Hook != "" }
 
 // RuleCount returns the number of rules in all chains.
 func (r *Ruleset) RuleCount() int {

@@ -39,17 +39,19 @@ func (r *Ruleset) Validate() error {
 			bad("set %q: %w", s.Name, err)
 		}
 	}
-	chains := map[string]bool{}
+	chains := map[string]bool{} // name -> base chain
 	for _, c := range r.Chains {
-		if !validName(c.Name) || chains[c.Name] {
+		if _, dup := chains[c.Name]; !validName(c.Name) || dup {
 			bad("chain %q: invalid or duplicate name", c.Name)
 		}
-		chains[c.Name] = true
+		chains[c.Name] = c.Base()
+	}
+	for _, c := range r.Chains {
 		if err := c.validateHeader(); err != nil {
 			bad("chain %q: %w", c.Name, err)
 		}
 		for i, rule := range c.Rules {
-			if err := rule.validate(sets, counters); err != nil {
+			if err := rule.validate(sets, counters, chains); err != nil {
 				bad("chain %q rule %d (%s): %w", c.Name, i, rule, err)
 			}
 		}
@@ -98,6 +100,12 @@ func (s *Set) validate() error {
 }
 
 func (c *Chain) validateHeader() error {
+	if !c.Base() {
+		if c.Type != "" || c.Policy != "" || c.Priority != 0 {
+			return errors.New("a regular chain (no hook) has no type, priority or policy")
+		}
+		return nil
+	}
 	switch c.Hook {
 	case HookPrerouting, HookInput, HookForward, HookOutput, HookPostrouting:
 	default:
@@ -118,7 +126,7 @@ func (c *Chain) validateHeader() error {
 	return nil
 }
 
-func (r *Rule) validate(sets map[string]SetType, counters map[string]bool) error {
+func (r *Rule) validate(sets map[string]SetType, counters map[string]bool, chains map[string]bool) error {
 	if r.Comment == "" {
 		return errors.New("every rule needs a comment saying why it exists")
 	}
@@ -132,7 +140,7 @@ func (r *Rule) validate(sets map[string]SetType, counters map[string]bool) error
 	for i, e := range r.Exprs {
 		if i < len(r.Exprs)-1 {
 			switch e.(type) {
-			case Verdict, Reject, DNAT:
+			case Verdict, Goto, Reject, DNAT:
 				return fmt.Errorf("%s must be last", e)
 			}
 		}
@@ -183,6 +191,12 @@ func (r *Rule) validate(sets map[string]SetType, counters map[string]bool) error
 		case DNAT:
 			if !e.Addr.Is4() || e.Port == 0 {
 				return fmt.Errorf("%s: need an IPv4 address and a port", e)
+			}
+		case Goto:
+			// Only regular chains can be jumped to; nft refuses a base
+			// chain, and a goto to a missing chain would fail the load.
+			if base, ok := chains[e.Chain]; !ok || base {
+				return fmt.Errorf("%s: no regular chain %q in the table", e, e.Chain)
 			}
 		case Verdict:
 			if e != Accept && e != Drop {

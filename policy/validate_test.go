@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -43,6 +44,16 @@ func TestValidateRejects(t *testing.T) {
 			r.Chains[0].Rules[0].Exprs = []policy.Expr{policy.Iface{Name: `a"b`}, policy.Accept}
 		}, "not valid"},
 		{"family", func(r *policy.Ruleset) { r.Family = "ip" }, "only"},
+		{"goto a missing chain", func(r *policy.Ruleset) {
+			r.Chains[0].Rules[0].Exprs = []policy.Expr{policy.Goto{Chain: "nope"}}
+		}, `no regular chain "nope"`},
+		{"goto a base chain", func(r *policy.Ruleset) {
+			r.Chains[0].Rules[0].Exprs = []policy.Expr{policy.Goto{Chain: "input"}}
+		}, `no regular chain "input"`},
+		{"goto not last", func(r *policy.Ruleset) {
+			r.Chains[0].Rules[0].Exprs = []policy.Expr{policy.Goto{Chain: "out_dns"}, policy.Accept}
+		}, "must be last"},
+		{"regular chain with a policy", func(r *policy.Ruleset) { r.Chain("out_tunnel").Policy = policy.PolicyAccept }, "no type, priority or policy"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,10 +70,14 @@ func TestValidateRejects(t *testing.T) {
 func TestCompileShape(t *testing.T) {
 	// Sets and counters exist whatever the Spec, so status and the
 	// watchdog see a stable structure.
-	a, b := policy.Compile(baseSpec()), policy.Compile(hostLinkSpec())
-	if len(a.Sets) != len(b.Sets) || len(a.Counters) != len(b.Counters) || len(a.Chains) != len(b.Chains) {
-		t.Fatal("sets, counters or chains depend on the Spec")
+	a := policy.Compile(baseSpec())
+	for _, spec := range []func() *config.Spec{hostLinkSpec, ipv6Spec, tunnelDNSSpec} {
+		b := policy.Compile(spec())
+		if len(a.Sets) != len(b.Sets) || len(a.Counters) != len(b.Counters) || len(a.Chains) != len(b.Chains) {
+			t.Fatal("sets, counters or chains depend on the Spec")
+		}
 	}
+	b := policy.Compile(hostLinkSpec())
 	if policy.CompileHost(baseSpec()) != nil {
 		t.Fatal("CompileHost without a host link must return nil")
 	}
@@ -77,11 +92,12 @@ func TestCompileShape(t *testing.T) {
 			t.Fatalf("accessible4 = %v, want %v", got, want)
 		}
 	}
-	// IPv6 blocked: the first non-loopback rule of input and output drops
-	// IPv6; tunnelled: there is no such rule.
-	for _, c := range []string{"input", "output"} {
-		if r := a.Chain(c).Rules[1]; r.Exprs[0] != (policy.NFProto{V6: true}) {
-			t.Errorf("%s: rule 1 is %s, want the IPv6 drop", c, r)
+	// IPv6 blocked: after the tunnel and loopback rules, the base chains
+	// drop IPv6, and the tunnel chains do so first; tunnelled: there is no
+	// such rule.
+	for c, first := range map[string]int{"input": 2, "output": 2, "in_tunnel": 0, "out_tunnel": 0} {
+		if r := a.Chain(c).Rules[first]; r.Exprs[0] != (policy.NFProto{V6: true}) {
+			t.Errorf("%s: rule %d is %s, want the IPv6 drop", c, first, r)
 		}
 		for _, r := range policy.Compile(ipv6Spec()).Chain(c).Rules {
 			if len(r.Exprs) > 0 && r.Exprs[0] == (policy.NFProto{V6: true}) {
