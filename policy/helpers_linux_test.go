@@ -20,7 +20,7 @@ import (
 
 // requireKernel skips unless the test can create namespaces and load
 // nftables: root, with ip and nft installed.
-func requireKernel(t *testing.T) {
+func requireKernel(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, nftables)")
@@ -35,7 +35,7 @@ func requireKernel(t *testing.T) {
 // newNS creates a uniquely named network namespace, removed at cleanup.
 // IPv6 is disabled in it unless a test turns it on for one interface, so
 // no autoconfiguration noise reaches the counters.
-func newNS(t *testing.T) (name, path string) {
+func newNS(t testing.TB) (name, path string) {
 	t.Helper()
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
@@ -53,7 +53,7 @@ func newNS(t *testing.T) (name, path string) {
 	return name, filepath.Join("/run/netns", name)
 }
 
-func run(t *testing.T, args ...string) string {
+func run(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
@@ -62,13 +62,13 @@ func run(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-func nsRun(t *testing.T, ns string, args ...string) string {
+func nsRun(t testing.TB, ns string, args ...string) string {
 	t.Helper()
 	return run(t, append([]string{"ip", "netns", "exec", ns}, args...)...)
 }
 
 // nftLoad loads nft text into a namespace, after checking it with nft -c.
-func nftLoad(t *testing.T, ns, text string) {
+func nftLoad(t testing.TB, ns, text string) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "ruleset.nft")
 	if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
@@ -219,7 +219,7 @@ func bytecode(t *testing.T, ns, table string) string {
 
 // inNS runs f on an OS thread switched into the namespace, so sockets
 // f creates live there (they stay there after f returns).
-func inNS(t *testing.T, ns string, f func()) {
+func inNS(t testing.TB, ns string, f func()) {
 	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

@@ -34,6 +34,9 @@ if [ -s "$report/leak-matrix.txt" ]; then
   cat "$report/leak-matrix.txt"
 fi
 
+step "per-packet kill-switch benchmark (smoke: one short round; see BENCHMARKS.md)"
+go test ./policy -run '^$' -bench '^BenchmarkKillSwitchPerPacket$' -benchtime 2000x -count 1
+
 step "fuzz the parsers"
 ft=${VPNC_FUZZTIME:-100000x}
 go test ./agent/wgquick -run '^$' -fuzz '^FuzzParse$' -fuzztime "$ft"
