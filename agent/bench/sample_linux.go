@@ -208,7 +208,7 @@ func cpuOf(a, b cpuSnap, peer, ref int, m Mode) *CPU {
 	case ModeReference:
 		c.ReferenceSec = procDelta(a, b, ref)
 		c.DataplaneSec = c.ReferenceSec
-	case ModeTunnel, ModePolicy:
+	case ModeTunnel, ModePolicy, ModeControl:
 		v := c.AgentSec
 		c.DataplaneSec = &v
 	}

@@ -100,7 +100,7 @@ func metricsFor(k Kind) []metric {
 }
 
 // comparisons are the mode pairs (baseline, mode) compared round by round.
-var comparisons = [][2]Mode{{ModeTunnel, ModePolicy}, {ModeDirect, ModeTunnel}, {ModeReference, ModeTunnel}}
+var comparisons = [][2]Mode{{ModeTunnel, ModePolicy}, {ModeTunnel, ModeControl}, {ModeDirect, ModeTunnel}, {ModeReference, ModeTunnel}}
 
 // BuildSummary computes every workload x mode x metric distribution and
 // the paired comparisons, in workload order of first appearance.

@@ -93,6 +93,42 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// The A/A control (tunnel measured twice) is paired with tunnel and shown
+// next to the kill switch's throughput target, without changing it.
+func TestControlMode(t *testing.T) {
+	res := synthetic()
+	without := Targets(res)
+	for r, v := range []float64{1900, 2100, 2000} {
+		res.Samples = append(res.Samples, Sample{
+			Workload: "tcp1-up", Kind: KindTCP, Mode: ModeControl, Round: r,
+			Iperf: &IperfResult{BitsPerSecond: v * 1e6},
+		})
+	}
+	res.Settings.Modes = append(res.Settings.Modes, ModeControl)
+	res.Summary, res.Paired = BuildSummary(res.Samples, res.Settings.Modes)
+	paired := false
+	for _, p := range res.Paired {
+		if p.Workload == "tcp1-up" && p.Metric == MThroughput && p.Mode == string(ModeControl) {
+			paired = p.Baseline == string(ModeTunnel)
+		}
+	}
+	if !paired {
+		t.Error("tunnel-again is not paired with tunnel")
+	}
+	with := Targets(res)
+	if len(with) != len(without) {
+		t.Fatalf("the control changed the targets: %d, want %d", len(with), len(without))
+	}
+	for i := range with {
+		if with[i].Name != without[i].Name || with[i].Met != without[i].Met || with[i].Value != without[i].Value {
+			t.Errorf("target %s changed with the control: %+v, was %+v", with[i].Name, with[i], without[i])
+		}
+		if with[i].Name == "policy-throughput/tcp1-up" && !strings.Contains(with[i].Detail, "A/A control tunnel-again 2000 [1900–2100] n=3, ratio 1.000") {
+			t.Errorf("no A/A control in %q", with[i].Detail)
+		}
+	}
+}
+
 func TestChartIsWellFormedSVG(t *testing.T) {
 	res := synthetic()
 	res.Host.CPUModel = `AMD "EPYC" <test> & co`

@@ -57,6 +57,8 @@ func modeColor(m Mode) string {
 		return "#f28e2b"
 	case ModePolicy:
 		return "#e15759"
+	case ModeControl:
+		return "#edc948"
 	case ModeReference:
 		return "#76b7b2"
 	}

@@ -11,6 +11,17 @@ const (
 	targetDownMs      = 15.0
 )
 
+// control describes the A/A control of workload w (tunnel-again against
+// tunnel, the same path measured twice), when the run has one.
+func control(sums []Summary, w string) string {
+	a, okA := find(sums, w, ModeTunnel, MThroughput)
+	c, okC := find(sums, w, ModeControl, MThroughput)
+	if !okA || !okC {
+		return ""
+	}
+	return fmt.Sprintf("; A/A control tunnel-again %s, ratio %.3f", fmtDist(c), orZero(Ratio(a, c)))
+}
+
 // Targets evaluates the performance targets on a result.
 func Targets(res *Result) []Target {
 	var out []Target
@@ -25,7 +36,7 @@ func Targets(res *Result) []Target {
 		out = append(out, Target{
 			Name: "policy-throughput/" + w, Value: ratio, Limit: fmt.Sprintf(">= %.2f with overlapping ranges", targetPolicyRatio),
 			Met:    ratio >= targetPolicyRatio && ov,
-			Detail: fmt.Sprintf("tunnel %s, tunnel+policy %s Mbit/s; ranges %s", fmtDist(a), fmtDist(b), overlapWord(ov)),
+			Detail: fmt.Sprintf("tunnel %s, tunnel+policy %s Mbit/s; ranges %s%s", fmtDist(a), fmtDist(b), overlapWord(ov), control(sums, w)),
 		})
 		ca, okA := find(sums, w, ModeTunnel, MMachineGB)
 		cb, okB := find(sums, w, ModePolicy, MMachineGB)

@@ -19,13 +19,17 @@ const (
 	ModeTunnel Mode = "tunnel"
 	// ModePolicy: as ModeTunnel with the kill-switch table loaded.
 	ModePolicy Mode = "tunnel+policy"
+	// ModeControl is ModeTunnel measured a second time (A/A): opt-in, its
+	// ratio to ModeTunnel shows what the run cannot resolve, next to the
+	// kill switch's ratio.
+	ModeControl Mode = "tunnel-again"
 	// ModeReference: the same path through a tunnel run by the stock
 	// wireguard-go binary, configured with wg (kill switch removed).
 	ModeReference Mode = "reference"
 )
 
 // AllModes lists the modes in their canonical order.
-var AllModes = []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeReference}
+var AllModes = []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeControl, ModeReference}
 
 // ParseModes parses a comma-separated mode list.
 func ParseModes(s string) ([]Mode, error) {

@@ -37,7 +37,7 @@ func cmdBench(args []string, out io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
 	profile := fs.String("profile", "quick", "quick (3 samples x 3 s) or sustained (3 x 30 s, 32 TCP streams)")
 	backend := fs.String("backend", "auto", "WireGuard backend: auto, kernel or userspace")
-	modes := fs.String("modes", "", "comma-separated: direct,tunnel,tunnel+policy[,reference] (default: all available)")
+	modes := fs.String("modes", "", "comma-separated: direct,tunnel,tunnel+policy[,tunnel-again][,reference] (default: direct, tunnel, tunnel+policy and, when available, reference; tunnel-again measures tunnel twice, an A/A control)")
 	samples := fs.Int("samples", 0, "samples (rounds) per workload and mode (default: the profile's)")
 	duration := fs.String("duration", "", "measured seconds per sample, e.g. 3s or 3 (default: the profile's)")
 	omit := fs.Int("omit", -1, "iperf3 warm-up seconds omitted (-O) (default: the profile's)")
