@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -10,7 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -87,10 +87,9 @@ func BenchmarkKillSwitchPerPacket(b *testing.B) {
 				for _, i := range order {
 					b.StopTimer()
 					variants[i].load()
-					// The flow is established, and one packet is seen
-					// to pass, before the clock starts: what is timed is
-					// the path of a packet the table lets through.
-					tb.checkOut(b)
+					// One packet is seen to pass before the clock
+					// starts: what is timed is the path of a packet the
+					// table lets through.
 					check(b)
 					b.StartTimer()
 					t0 := time.Now()
@@ -193,9 +192,11 @@ func (tb *packetBed) checkOut(b *testing.B) {
 	}
 }
 
-// checkIn writes one datagram into the TUN and reads it from the socket,
-// so the table is known to let it in.
+// checkIn establishes the flow (checkOut), then writes one datagram into
+// the TUN and reads it from the socket, so the table is known to let in a
+// reply of that flow.
 func (tb *packetBed) checkIn(b *testing.B) {
+	tb.checkOut(b)
 	drain(b, tb.sock)
 	tb.sendIn(b)
 	if err := tb.sock.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
@@ -242,12 +243,14 @@ func openTUN(name string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req [unix.IFNAMSIZ + 64]byte
-	copy(req[:], name)
-	binary.NativeEndian.PutUint16(req[unix.IFNAMSIZ:], unix.IFF_TUN|unix.IFF_NO_PI)
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req[0]))); errno != 0 {
+	ifr, err := unix.NewIfreq(name)
+	if err == nil {
+		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+	}
+	if err != nil {
 		unix.Close(fd)
-		return nil, errno
+		return nil, fmt.Errorf("create tun %q: %w", name, err)
 	}
 	return os.NewFile(uintptr(fd), "/dev/net/tun"), nil
 }
