@@ -76,13 +76,13 @@ func settingsOf(o *Options) Settings {
 	s := Settings{
 		Profile: o.Profile, Modes: o.Modes, Samples: o.Samples,
 		DurationSec: int(o.Duration / time.Second), OmitSec: int(o.Omit / time.Second),
-		Streams: o.Streams, UDPRate: o.UDPRate, UDPLen: o.UDPLen,
+		Streams: o.Streams, UDPRate: o.UDPRate, UDPLen: o.UDPLen, TCPPace: o.Pace,
 		PingIntervalMs: float64(o.PingInterval) / 1e6, UpDownCycles: o.UpDownCycles,
 		TunnelMTU: o.MTU, ClockTicksPerS: procStatTicks, FreshIperf3Srv: true,
 		ProberKind:      "ICMP echo from a raw socket in the client's namespace (Go); the provider's kernel replies",
 		RequestResponse: "TCP, 64-byte request and 64-byte response, one transaction at a time (Go client and server)",
 	}
-	if wls, err := FilterWorkloads(Workloads(o.Streams), o.Workloads); err == nil {
+	if wls, err := FilterWorkloads(Workloads(o.Streams, o.Pace), o.Workloads); err == nil {
 		for _, w := range wls {
 			s.Workloads = append(s.Workloads, w.Name)
 		}

@@ -80,8 +80,12 @@ func TestIperfClientArgs(t *testing.T) {
 		t.Errorf("args = %v", got)
 	}
 	got = iperfClientArgs("x", 1, Load{Streams: 4}, 30, 2, "", 0)
-	if !slices.Contains(got, "-P") || slices.Contains(got, "-u") || slices.Contains(got, "-R") {
+	if !slices.Contains(got, "-P") || slices.Contains(got, "-u") || slices.Contains(got, "-R") || slices.Contains(got, "-b") {
 		t.Errorf("tcp x4 args = %v", got)
+	}
+	got = iperfClientArgs("x", 1, Load{Streams: 1, Rate: "800M"}, 3, 1, "100M", 1392)
+	if i := slices.Index(got, "-b"); i < 0 || got[i+1] != "800M" || slices.Contains(got, "-u") || slices.Contains(got, "-l") {
+		t.Errorf("paced tcp args = %v", got)
 	}
 }
 

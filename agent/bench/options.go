@@ -5,7 +5,10 @@ import (
 	"io"
 	"log/slog"
 	"os/exec"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
@@ -24,6 +27,7 @@ type Options struct {
 	Streams      []int         // TCP parallel stream counts
 	UDPRate      string        // iperf3 -b for UDP, e.g. "100M"
 	UDPLen       int           // iperf3 -l for UDP: datagram payload bytes
+	Pace         string        // iperf3 -b for the paced TCP workloads ("": none)
 	PingInterval time.Duration // prober interval during loads
 	Workloads    []string      // nil: all (names as in Workloads, plus "updown")
 	UpDownCycles int           // up/down cycles per round and path
@@ -95,6 +99,9 @@ func (o *Options) Normalize() error {
 	if o.UDPRate == "" {
 		o.UDPRate = "100M"
 	}
+	if o.Pace != "" && !validRate(o.Pace) {
+		return fmt.Errorf("--pace: %q is not a rate (use bits per second with an optional K, M or G suffix, e.g. 800M)", o.Pace)
+	}
 	if o.MTU == 0 {
 		o.MTU = config.DefaultMTU
 	}
@@ -159,3 +166,14 @@ func (o *Options) findTools() error {
 
 // HasMode reports whether m is measured.
 func (o *Options) HasMode(m Mode) bool { return slices.Contains(o.Modes, m) }
+
+var rateRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?[KMG]?$`)
+
+// validRate reports whether s is a positive iperf3 rate such as 800M.
+func validRate(s string) bool {
+	if !rateRE.MatchString(s) {
+		return false
+	}
+	v, err := strconv.ParseFloat(strings.TrimRight(s, "KMG"), 64)
+	return err == nil && v > 0
+}

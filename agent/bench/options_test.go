@@ -48,6 +48,9 @@ func TestNormalizeRejects(t *testing.T) {
 		"backend":   {Backend: "wasm"},
 		"shaping":   {Shaping: "fake"},
 		"reference": {Modes: []Mode{ModeReference}},
+		"pace":      {Pace: "fast"},
+		"pace unit": {Pace: "800Mbps"},
+		"pace zero": {Pace: "0M"},
 	} {
 		fakeTools(&o)
 		o.WireGuardGo = ""

@@ -65,18 +65,22 @@ func TestParseModes(t *testing.T) {
 
 func TestWorkloads(t *testing.T) {
 	var names []string
-	for _, w := range Workloads([]int{1, 4}) {
+	for _, w := range Workloads([]int{1, 4}, "") {
 		names = append(names, w.Name)
 	}
 	want := []string{"tcp1-up", "tcp1-down", "tcp4-up", "tcp4-down", "udp-up", "udp-down", "ping-idle", "rr64"}
 	if !slices.Equal(names, want) {
 		t.Errorf("Workloads = %v, want %v", names, want)
 	}
-	got, err := FilterWorkloads(Workloads([]int{1}), []string{"rr64", "updown", "tcp1-down"})
+	got, err := FilterWorkloads(Workloads([]int{1}, ""), []string{"rr64", "updown", "tcp1-down"})
 	if err != nil || len(got) != 2 || got[0].Name != "rr64" || !got[1].Load.Reverse {
 		t.Errorf("FilterWorkloads = %v, %v", got, err)
 	}
-	if _, err := FilterWorkloads(Workloads([]int{1}), []string{"tcp9-up"}); err == nil {
+	if _, err := FilterWorkloads(Workloads([]int{1}, ""), []string{"tcp9-up"}); err == nil {
 		t.Error("unknown workload accepted")
+	}
+	paced, err := FilterWorkloads(Workloads([]int{1, 4}, "800M"), []string{"tcp1-down-paced", "tcp1-up-paced"})
+	if err != nil || len(paced) != 2 || !paced[0].Load.Reverse || paced[1].Load.Rate != "800M" || paced[1].Load.Streams != 1 {
+		t.Errorf("paced workloads = %+v, %v", paced, err)
 	}
 }

@@ -59,6 +59,7 @@ type Settings struct {
 	OmitSec         int      `json:"omitSec"`
 	Streams         []int    `json:"streams"`
 	UDPRate         string   `json:"udpRate"`
+	TCPPace         string   `json:"tcpPace,omitempty"` // iperf3 -b of the paced TCP workloads
 	UDPLen          int      `json:"udpLen"`
 	PingIntervalMs  float64  `json:"pingIntervalMs"`
 	UpDownCycles    int      `json:"upDownCycles"`

@@ -138,7 +138,7 @@ func (r *runner) waitReady(ctx context.Context) error {
 // scenarios if netem exists, and the up/down timing.
 func (r *runner) measure(ctx context.Context) error {
 	o := r.o
-	wls, err := FilterWorkloads(Workloads(o.Streams), o.Workloads)
+	wls, err := FilterWorkloads(Workloads(o.Streams, o.Pace), o.Workloads)
 	if err != nil {
 		return err
 	}

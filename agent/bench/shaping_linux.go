@@ -49,7 +49,7 @@ func (r *runner) shapingPlan() []scenario {
 			modes = append(modes, m)
 		}
 	}
-	base, _ := FilterWorkloads(Workloads([]int{1}), []string{"tcp1-up", "tcp1-down", "ping-idle", "rr64"})
+	base, _ := FilterWorkloads(Workloads([]int{1}, ""), []string{"tcp1-up", "tcp1-down", "ping-idle", "rr64"})
 	var out []scenario
 	for _, s := range scenarios {
 		sc := scenario{name: s.name, netem: s.netem, modes: modes}

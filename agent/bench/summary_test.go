@@ -185,3 +185,53 @@ func BenchmarkChart(b *testing.B) {
 		_ = Chart(res)
 	}
 }
+
+// Paced workloads are summarised and paired like the others and judged by
+// targets named apart from the ceiling's, which they leave unchanged; a
+// pace the tunnel did not reach is called out.
+func TestPacedWorkloads(t *testing.T) {
+	res := synthetic()
+	without := Targets(res)
+	res.Settings.TCPPace = "800M"
+	for m, vs := range map[Mode][]float64{ModeTunnel: {800, 799, 800}, ModePolicy: {800, 800, 700}} {
+		for r, v := range vs {
+			res.Samples = append(res.Samples, Sample{
+				Workload: "tcp1-up" + PacedSuffix, Kind: KindTCP, Mode: m, Round: r,
+				Iperf: &IperfResult{BitsPerSecond: v * 1e6}, CPU: &CPU{MachinePerGB: 12, ProcessesPerGB: 11, MovedGB: 0.3},
+			})
+		}
+	}
+	res.Summary, res.Paired = BuildSummary(res.Samples, res.Settings.Modes)
+	if d, ok := find(res.Summary, "tcp1-up-paced", ModePolicy, MThroughput); !ok || d.Median != 800 {
+		t.Errorf("paced summary = %+v, %v", d, ok)
+	}
+	with := map[string]Target{}
+	for _, tg := range Targets(res) {
+		with[tg.Name] = tg
+	}
+	if len(with) != len(without)+2 {
+		t.Errorf("targets with paced rows: %d, want %d", len(with), len(without)+2)
+	}
+	for _, tg := range without {
+		if with[tg.Name] != tg {
+			t.Errorf("paced rows changed target %s: %+v, was %+v", tg.Name, with[tg.Name], tg)
+		}
+	}
+	for _, name := range []string{"paced-policy-throughput/tcp1-up-paced", "paced-policy-cpu-per-gb/tcp1-up-paced"} {
+		if tg := with[name]; !tg.Met || tg.Value != 1 {
+			t.Errorf("target %s = %+v", name, tg)
+		}
+	}
+	n := strings.Join(notes(res), "\n")
+	if !strings.Contains(n, "offer 800Mbit/s") || !strings.Contains(n, "tcp1-up-paced in mode tunnel+policy fell below the pace (min 700 of 800 Mbit/s)") {
+		t.Errorf("paced notes:\n%s", n)
+	}
+	if strings.Contains(n, "tcp1-up-paced in mode tunnel fell") {
+		t.Errorf("tunnel (min 799 of 800) reached the pace, but a note says otherwise:\n%s", n)
+	}
+	for in, want := range map[string]float64{"800M": 800, "1G": 1000, "500K": 0.5, "2e6": 2, "1000000": 1} {
+		if got := rateMbps(in); got != want {
+			t.Errorf("rateMbps(%q) = %v, want %v", in, got, want)
+		}
+	}
+}

@@ -69,6 +69,9 @@ type Load struct {
 	UDP     bool `json:"udp,omitempty"`
 	Streams int  `json:"streams"`
 	Reverse bool `json:"reverse,omitempty"` // download (-R): server sends
+	// Rate paces a TCP load (iperf3 -b, per stream); "" runs it as fast
+	// as it goes.
+	Rate string `json:"rate,omitempty"`
 }
 
 // Workload is one measured thing; every mode runs it in the same rounds.
@@ -84,13 +87,24 @@ type Workload struct {
 // UpDownWorkload is the name of the up/down timing in summaries.
 const UpDownWorkload = "updown"
 
+// PacedSuffix ends the names of the paced TCP workloads.
+const PacedSuffix = "-paced"
+
 // Workloads returns the workloads for the given TCP stream counts, in
-// execution order.
-func Workloads(streams []int) []Workload {
+// execution order. A non-empty pace adds one-stream TCP loads paced at
+// that rate (tcp1-up-paced, tcp1-down-paced): below the ceiling, where
+// the tunnel keeps up with the offered rate, so that throughput is set
+// by the pace and CPU-seconds per GB show what the modes cost.
+func Workloads(streams []int, pace string) []Workload {
 	var out []Workload
 	for _, n := range streams {
 		for _, rev := range []bool{false, true} {
 			out = append(out, Workload{Name: loadName("tcp", n, rev), Kind: KindTCP, Load: Load{Streams: n, Reverse: rev}})
+		}
+	}
+	if pace != "" {
+		for _, rev := range []bool{false, true} {
+			out = append(out, Workload{Name: loadName("tcp", 1, rev) + PacedSuffix, Kind: KindTCP, Load: Load{Streams: 1, Reverse: rev, Rate: pace}})
 		}
 	}
 	for _, rev := range []bool{false, true} {

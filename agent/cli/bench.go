@@ -45,6 +45,7 @@ func cmdBench(args []string, out io.Writer) int {
 	svgPath := fs.String("svg", "", "chart path (default: the JSON path with .svg)")
 	workloads := fs.String("workloads", "", "comma-separated subset of workloads (e.g. tcp1-up,rr64,updown); default all")
 	cycles := fs.Int("updown-cycles", 0, "up/down cycles per round and path (default 10)")
+	pace := fs.String("pace", "", "also run 1-stream TCP paced at this rate (iperf3 -b, e.g. 800M), below the ceiling, where CPU-seconds per GB compare the modes at equal throughput")
 	shaping := fs.String("shaping", "auto", "netem shaped-link scenarios: auto (when sch_netem exists) or off")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
@@ -56,7 +57,7 @@ func cmdBench(args []string, out io.Writer) int {
 	o := bench.Options{
 		Profile: *profile, Backend: config.Backend(*backend), Samples: *samples,
 		Omit: time.Duration(*omit) * time.Second, Out: *outPath, SVG: *svgPath,
-		UpDownCycles: *cycles, Shaping: *shaping, Progress: os.Stderr,
+		UpDownCycles: *cycles, Shaping: *shaping, Pace: *pace, Progress: os.Stderr,
 		Log: newLogger(*level, *format),
 	}
 	var err error
