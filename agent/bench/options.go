@@ -167,13 +167,13 @@ func (o *Options) findTools() error {
 // HasMode reports whether m is measured.
 func (o *Options) HasMode(m Mode) bool { return slices.Contains(o.Modes, m) }
 
-var rateRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?[KMG]?$`)
+var rateRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?[KMGkmg]?$`)
 
 // validRate reports whether s is a positive iperf3 rate such as 800M.
 func validRate(s string) bool {
 	if !rateRE.MatchString(s) {
 		return false
 	}
-	v, err := strconv.ParseFloat(strings.TrimRight(s, "KMG"), 64)
+	v, err := strconv.ParseFloat(strings.TrimRight(s, "KMGkmg"), 64)
 	return err == nil && v > 0
 }

@@ -28,6 +28,13 @@ func TestNormalizeProfiles(t *testing.T) {
 	if o.UDPLen != 1392 || o.Out != "benchmark.json" {
 		t.Errorf("defaults: udpLen %d out %q", o.UDPLen, o.Out)
 	}
+	for _, pace := range []string{"800M", "500m", "1.5G", "100000"} {
+		p := Options{Omit: -1, Pace: pace}
+		fakeTools(&p)
+		if err := p.Normalize(); err != nil {
+			t.Errorf("pace %q refused: %v", pace, err)
+		}
+	}
 	s := Options{Profile: "sustained", Omit: -1, Samples: 5}
 	fakeTools(&s)
 	s.WG = ""

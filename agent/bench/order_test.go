@@ -2,6 +2,7 @@ package bench
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -78,6 +79,9 @@ func TestWorkloads(t *testing.T) {
 	}
 	if _, err := FilterWorkloads(Workloads([]int{1}, ""), []string{"tcp9-up"}); err == nil {
 		t.Error("unknown workload accepted")
+	}
+	if _, err := FilterWorkloads(Workloads([]int{1}, ""), []string{"tcp1-up-paced"}); err == nil || !strings.Contains(err.Error(), "--pace") {
+		t.Errorf("a paced workload without a pace: %v, want a hint at --pace", err)
 	}
 	paced, err := FilterWorkloads(Workloads([]int{1, 4}, "800M"), []string{"tcp1-down-paced", "tcp1-up-paced"})
 	if err != nil || len(paced) != 2 || !paced[0].Load.Reverse || paced[1].Load.Rate != "800M" || paced[1].Load.Streams != 1 {

@@ -91,7 +91,7 @@ func PrintSummary(w io.Writer, res *Result) {
 		if !t.Met {
 			mark = "NOT MET"
 		}
-		fmt.Fprintf(w, "  [%s] %-30s %8.3f (%s)  %s\n", mark, t.Name, t.Value, t.Limit, t.Detail)
+		fmt.Fprintf(w, "  [%s] %-40s %8.3f (%s)  %s\n", mark, t.Name, t.Value, t.Limit, t.Detail)
 	}
 	for _, n := range res.Notes {
 		fmt.Fprintln(w, "note:", n)

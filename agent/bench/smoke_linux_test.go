@@ -37,7 +37,8 @@ func TestSmoke(t *testing.T) {
 	o := Options{
 		Samples: 1, Duration: time.Second, Omit: 0,
 		Modes:     []Mode{ModeDirect, ModePolicy},
-		Workloads: []string{"tcp1-up", "udp-down", "ping-idle", "rr64", UpDownWorkload},
+		Workloads: []string{"tcp1-up", "udp-down", "ping-idle", "rr64", "tcp1-down-paced", UpDownWorkload},
+		Pace:      "50M",
 		Backend:   config.BackendUserspace, UpDownCycles: 2, Shaping: "off",
 		Out: filepath.Join(dir, "benchmark.json"), SVG: filepath.Join(dir, "benchmark.svg"),
 	}
@@ -76,8 +77,8 @@ func TestSmoke(t *testing.T) {
 	if doc.Schema != SchemaVersion || doc.Host["kernel"] == "" || doc.Host["backend"] != "userspace" {
 		t.Errorf("header: schema %q host %v", doc.Schema, doc.Host)
 	}
-	if len(doc.Samples) != 8 {
-		t.Fatalf("%d samples, want 4 workloads x 2 modes", len(doc.Samples))
+	if len(doc.Samples) != 10 {
+		t.Fatalf("%d samples, want 5 workloads x 2 modes", len(doc.Samples))
 	}
 	for _, s := range doc.Samples {
 		if s.Error != "" {
@@ -102,6 +103,16 @@ func TestSmoke(t *testing.T) {
 	}
 	if len(doc.Summary) == 0 {
 		t.Error("no summary")
+	}
+	// The paced download ran at the pace (iperf3 -b reached the server)
+	// in both modes, and the settings record it.
+	for _, m := range o.Modes {
+		if d, ok := find(res.Summary, "tcp1-down-paced", m, MThroughput); !ok || d.Median < 45 || d.Median > 55 {
+			t.Errorf("tcp1-down-paced in %s: %+v, want about 50 Mbit/s", m, d)
+		}
+	}
+	if res.Settings.TCPPace != "50M" {
+		t.Errorf("settings: tcpPace %q", res.Settings.TCPPace)
 	}
 	if _, err := os.Stat(o.SVG); err != nil {
 		t.Error(err)

@@ -145,7 +145,11 @@ func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
 			for _, w := range all {
 				known = append(known, w.Name)
 			}
-			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s)", n, strings.Join(known, ", "), UpDownWorkload)
+			hint := ""
+			if strings.HasSuffix(n, PacedSuffix) {
+				hint = "; the paced workloads need --pace, e.g. --pace 800M"
+			}
+			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s)%s", n, strings.Join(known, ", "), UpDownWorkload, hint)
 		}
 		out = append(out, all[i])
 	}
