@@ -92,9 +92,10 @@ func namespaceSets(s *config.Spec) []Set {
 // packets on other interfaces walk the rules that refuse them. Measured per
 // packet by BenchmarkKillSwitchPerPacket (see BENCHMARKS.md): testing the
 // interface once instead of in every rule halved what the rule walk cost
-// an outbound tunnel packet (inbound, a reply met its accept early anyway). Falling off the end of a regular chain
-// returns to the base chain's policy, drop: a rule missed is a packet
-// dropped, never one let through.
+// an outbound tunnel packet (inbound, a reply met its accept early
+// anyway). Falling off the end of a regular chain returns to the base
+// chain's policy, drop: a rule missed is a packet dropped, never one let
+// through.
 const (
 	chainOutTunnel = "out_tunnel"
 	chainOutDNS    = "out_dns"

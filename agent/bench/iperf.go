@@ -124,11 +124,11 @@ func iperfClientArgs(target string, port int, l Load, durSec, omitSec int, udpRa
 	if l.Reverse {
 		a = append(a, "-R")
 	}
-	if l.Rate != "" && !l.UDP {
-		a = append(a, "-b", l.Rate)
-	}
-	if l.UDP {
+	switch {
+	case l.UDP:
 		a = append(a, "-u", "-b", udpRate, "-l", strconv.Itoa(udpLen))
+	case l.Rate != "":
+		a = append(a, "-b", l.Rate)
 	}
 	return a
 }

@@ -99,7 +99,7 @@ func (o *Options) Normalize() error {
 	if o.UDPRate == "" {
 		o.UDPRate = "100M"
 	}
-	if o.Pace != "" && !validRate(o.Pace) {
+	if v, ok := rateMbps(o.Pace); o.Pace != "" && (!ok || v <= 0) {
 		return fmt.Errorf("--pace: %q is not a rate (use bits per second with an optional K, M or G suffix, e.g. 800M)", o.Pace)
 	}
 	if o.MTU == 0 {
@@ -167,13 +167,20 @@ func (o *Options) findTools() error {
 // HasMode reports whether m is measured.
 func (o *Options) HasMode(m Mode) bool { return slices.Contains(o.Modes, m) }
 
-var rateRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?[KMGkmg]?$`)
+var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)([KMGkmg]?)$`)
 
-// validRate reports whether s is a positive iperf3 rate such as 800M.
-func validRate(s string) bool {
-	if !rateRE.MatchString(s) {
-		return false
+// rateMbps parses an iperf3 rate in bits per second with an optional
+// decimal K, M or G suffix (800M, 1.5G, 500000k, 1000000) into Mbit/s;
+// ok is false if s is not one.
+func rateMbps(s string) (mbps float64, ok bool) {
+	m := rateRE.FindStringSubmatch(s)
+	if m == nil {
+		return 0, false
 	}
-	v, err := strconv.ParseFloat(strings.TrimRight(s, "KMGkmg"), 64)
-	return err == nil && v > 0
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, false
+	}
+	mult := map[string]float64{"": 1e-6, "K": 1e-3, "M": 1, "G": 1e3}[strings.ToUpper(m[2])]
+	return v * mult, true
 }

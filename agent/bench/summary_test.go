@@ -257,9 +257,14 @@ func TestPacedWorkloads(t *testing.T) {
 	if n := strings.Join(notes(res), "\n"); strings.Contains(n, "paced") {
 		t.Errorf("paced note without paced rows:\n%s", n)
 	}
-	for in, want := range map[string]float64{"800M": 800, "1G": 1000, "500K": 0.5, "500k": 0.5, "1000000": 1} {
-		if got := rateMbps(in); got != want {
-			t.Errorf("rateMbps(%q) = %v, want %v", in, got, want)
+	for in, want := range map[string]float64{"800M": 800, "1G": 1000, "1.5g": 1500, "500K": 0.5, "500k": 0.5, "1000000": 1} {
+		if got, ok := rateMbps(in); !ok || got != want {
+			t.Errorf("rateMbps(%q) = %v, %v, want %v", in, got, ok, want)
+		}
+	}
+	for _, bad := range []string{"", "fast", "800Mbps", "1e6", "-5M", "8T"} {
+		if got, ok := rateMbps(bad); ok {
+			t.Errorf("rateMbps(%q) = %v, accepted", bad, got)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -31,22 +30,20 @@ func Targets(res *Result) []Target {
 	var out []Target
 	sums := res.Summary
 	for _, w := range workloadsOf(sums, KindTCP) {
-		// Paced rows get targets of their own, named apart: the issue's
-		// targets are about the ceiling.
-		prefix := ""
-		if isPaced(w) {
-			prefix = "paced-"
-		}
 		a, okA := find(sums, w, ModeTunnel, MThroughput)
 		b, okB := find(sums, w, ModePolicy, MThroughput)
 		if !okA || !okB {
 			continue
 		}
 		ratio, ov := orZero(Ratio(a, b)), !Resolved(a, b)
-		// A paced row whose modes did not keep up with the pace compares
-		// ceilings, not CPU at equal throughput: it cannot pass.
-		kept := !isPaced(w) || keptPace(res, a) && keptPace(res, b)
-		paceWord := ""
+		// Paced rows get targets of their own, named apart: the issue's
+		// targets are about the ceiling. A paced row whose modes did not
+		// keep up with the pace compares ceilings, not CPU at equal
+		// throughput: it cannot pass.
+		prefix, kept, paceWord := "", true, ""
+		if isPaced(w) {
+			prefix, kept = "paced-", keptPace(res, a) && keptPace(res, b)
+		}
 		if !kept {
 			paceWord = "; a mode fell below the pace, so this row is not at equal throughput"
 		}
@@ -159,20 +156,24 @@ func isPaced(w string) bool { return strings.HasSuffix(w, PacedSuffix) }
 // equal throughput.
 func pacedNotes(res *Result) []string {
 	pace := res.Settings.TCPPace
+	if pace == "" {
+		return nil
+	}
 	var paced []string
 	for _, w := range workloadsOf(res.Summary, KindTCP) {
 		if isPaced(w) {
 			paced = append(paced, w)
 		}
 	}
-	if pace == "" || len(paced) == 0 {
+	if len(paced) == 0 {
 		return nil
 	}
+	want, _ := rateMbps(pace)
 	n := []string{"The " + PacedSuffix[1:] + " workloads offer " + pace + "bit/s of 1-stream TCP (iperf3 -b): below the ceiling, throughput is set by the pace, so their CPU-seconds per GB compare the modes at equal throughput. Their checks are named paced-*; the other policy targets concern the ceiling."}
 	for _, w := range paced {
 		for _, m := range res.Settings.Modes {
 			if d, ok := find(res.Summary, w, m, MThroughput); ok && !keptPace(res, d) {
-				n = append(n, fmt.Sprintf("%s in mode %s fell below the pace (min %.0f of %.0f Mbit/s): the pace is at or above this path's ceiling there, and CPU per GB no longer compares equal throughput.", w, m, d.Min, rateMbps(pace)))
+				n = append(n, fmt.Sprintf("%s in mode %s fell below the pace (min %.0f of %.0f Mbit/s): the pace is at or above this path's ceiling there, and CPU per GB no longer compares equal throughput.", w, m, d.Min, want))
 			}
 		}
 	}
@@ -182,25 +183,6 @@ func pacedNotes(res *Result) []string {
 // keptPace reports whether every sample of a paced throughput
 // distribution reached 97% of the pace.
 func keptPace(res *Result, d Dist) bool {
-	want := rateMbps(res.Settings.TCPPace)
+	want, _ := rateMbps(res.Settings.TCPPace)
 	return want > 0 && d.N > 0 && d.Min >= 0.97*want
-}
-
-// rateMbps converts an iperf3 rate (800M, 1G, 500000k, 1000000) to Mbit/s;
-// 0 if it cannot.
-func rateMbps(s string) float64 {
-	mult := 1e-6
-	switch strings.ToUpper(s[len(s)-min(len(s), 1):]) {
-	case "K":
-		mult = 1e-3
-	case "M":
-		mult = 1
-	case "G":
-		mult = 1e3
-	}
-	v, err := strconv.ParseFloat(strings.TrimRight(s, "KMGkmg"), 64)
-	if err != nil {
-		return 0
-	}
-	return v * mult
 }
