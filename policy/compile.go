@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
 
 // dnsPorts are the ports treated as DNS: DNS, DNS over TLS, mDNS and LLMNR.
@@ -32,7 +33,7 @@ func Compile(s *config.Spec) *Ruleset {
 	tun := s.Interface
 	r := &Ruleset{
 		Family:  FamilyINet,
-		Name:    TableName,
+		Name:    names.Table,
 		Comment: fmt.Sprintf("kill switch of namespace %q: the only way out is the WireGuard interface %q", s.Name, tun),
 		Counters: []Counter{
 			{CounterOutIPv6, "IPv6 sent while IPv6 is blocked"},

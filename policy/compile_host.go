@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
 
 // Named counters of the host table.
@@ -52,7 +53,7 @@ func CompileHost(s *config.Spec) *Ruleset {
 	}
 	return &Ruleset{
 		Family:  FamilyINet,
-		Name:    HostTableName(s.Name),
+		Name:    names.HostTable(s.Name),
 		Comment: fmt.Sprintf("host side of namespace %q's host link %q: published ports in, replies out, nothing else", s.Name, hl.HostIf),
 		Counters: []Counter{
 			{CounterHostFwdFromNS, "packets from the namespace the host was asked to route (never a way out)"},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -148,12 +149,12 @@ func (tb *testbed) delta(t *testing.T, nsPath, table, name string, f func()) uin
 func TestFailClosed(t *testing.T) {
 	requireKernel(t)
 	tb := newTestbed(t)
-	hostTable := policy.HostTableName(tb.spec.Name)
+	hostTable := names.HostTable(tb.spec.Name)
 	const short = 300 * time.Millisecond
 
 	t.Run("DNS to the resolver through the tunnel leaves", func(t *testing.T) {
 		tx := txPackets(t, tb.conf, tbTun)
-		if n := tb.delta(t, tb.confPath, policy.TableName, policy.CounterOutDNS, func() {
+		if n := tb.delta(t, tb.confPath, names.Table, policy.CounterOutDNS, func() {
 			if err := sendUDP(t, tb.conf, tbDNS+":53"); err != nil {
 				t.Errorf("send: %v", err)
 			}
@@ -167,7 +168,7 @@ func TestFailClosed(t *testing.T) {
 	t.Run("DNS to another server is dropped and counted", func(t *testing.T) {
 		tx := txPackets(t, tb.conf, tbTun)
 		for _, dst := range []string{"10.2.0.99:53", "9.9.9.9:853", tbHost + ":53"} {
-			if n := tb.delta(t, tb.confPath, policy.TableName, policy.CounterOutDNS, func() {
+			if n := tb.delta(t, tb.confPath, names.Table, policy.CounterOutDNS, func() {
 				if err := sendUDP(t, tb.conf, dst); !errors.Is(err, syscall.EPERM) {
 					t.Errorf("%s: send error %v, want EPERM (dropped in output)", dst, err)
 				}
@@ -192,7 +193,7 @@ func TestFailClosed(t *testing.T) {
 		listenTCP(t, tb.host, tbHost+":22")
 		var err error
 		var took time.Duration
-		if n := tb.delta(t, tb.confPath, policy.TableName, policy.CounterOutReject, func() {
+		if n := tb.delta(t, tb.confPath, names.Table, policy.CounterOutReject, func() {
 			err, took = dialTCP(t, tb.conf, tbHost+":22", 2*time.Second)
 		}); n == 0 {
 			t.Error("out_reject did not count")
@@ -200,7 +201,7 @@ func TestFailClosed(t *testing.T) {
 		if !errors.Is(err, syscall.ECONNREFUSED) || took > time.Second {
 			t.Errorf("dial: %v after %v, want connection refused at once", err, took)
 		}
-		if n := tb.delta(t, tb.confPath, policy.TableName, policy.CounterOutReject, func() {
+		if n := tb.delta(t, tb.confPath, names.Table, policy.CounterOutReject, func() {
 			if err := sendUDP(t, tb.conf, tbHost+":9"); err == nil {
 				t.Error("UDP over the host link was sent")
 			}
@@ -220,7 +221,7 @@ func TestFailClosed(t *testing.T) {
 		if err, _ := dialTCP(t, tb.lan, tbLANHost+":8080", 2*time.Second); err != nil {
 			t.Errorf("LAN -> host:8080 (DNAT): %v", err)
 		}
-		if n := tb.delta(t, tb.confPath, policy.TableName, policy.CounterInDrop, func() {
+		if n := tb.delta(t, tb.confPath, names.Table, policy.CounterInDrop, func() {
 			if err, _ := dialTCP(t, tb.host, tbNS+":81", short); err == nil {
 				t.Error("unpublished port 81 was reachable")
 			}
@@ -230,7 +231,7 @@ func TestFailClosed(t *testing.T) {
 	})
 	t.Run("tunnel address from the host link is spoofed (CVE-2019-14899)", func(t *testing.T) {
 		run(t, "ip", "-n", tb.host, "route", "add", tbTunAddr+"/32", "dev", tbHostIf)
-		if n := tb.delta(t, tb.confPath, policy.TableName, policy.CounterInSpoof, func() {
+		if n := tb.delta(t, tb.confPath, names.Table, policy.CounterInSpoof, func() {
 			if err := sendUDP(t, tb.host, tbTunAddr+":9"); err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +243,7 @@ func TestFailClosed(t *testing.T) {
 	t.Run("IPv6 is blocked", func(t *testing.T) {
 		nsRun(t, tb.conf, "sysctl", "-qw", "net.ipv6.conf."+tbTun+".disable_ipv6=0")
 		run(t, "ip", "-n", tb.conf, "addr", "add", "fd00::2/64", "dev", tbTun, "nodad")
-		if n := tb.delta(t, tb.confPath, policy.TableName, policy.CounterOutIPv6, func() {
+		if n := tb.delta(t, tb.confPath, names.Table, policy.CounterOutIPv6, func() {
 			if err := sendUDP(t, tb.conf, "[fd00::1]:443"); !errors.Is(err, syscall.EPERM) {
 				t.Errorf("send: %v, want EPERM", err)
 			}
@@ -253,7 +254,7 @@ func TestFailClosed(t *testing.T) {
 	// The host table on its own (as if the namespace's table were gone):
 	// the namespace still cannot use the host link as a way out.
 	t.Run("host table stops the namespace without its own table", func(t *testing.T) {
-		if err := policy.Remove(tb.confPath, policy.TableName); err != nil {
+		if err := policy.Remove(tb.confPath, names.Table); err != nil {
 			t.Fatal(err)
 		}
 		listenTCP(t, tb.lan, ":22")

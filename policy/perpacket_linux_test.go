@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -167,7 +168,7 @@ func newPacketBed(b *testing.B, ifname string) *packetBed {
 }
 
 func (tb *packetBed) remove(b *testing.B) {
-	if err := policy.Remove(tb.nsPath, policy.TableName); err != nil {
+	if err := policy.Remove(tb.nsPath, names.Table); err != nil {
 		b.Fatal(err)
 	}
 }

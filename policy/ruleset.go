@@ -1,23 +1,14 @@
 package policy
 
-import "net/netip"
+import (
+	"net/netip"
+)
 
 // Family is an nftables address family. Only FamilyINet is produced.
 type Family string
 
 // FamilyINet is the dual-stack family used for every table here.
 const FamilyINet Family = "inet"
-
-// Table names.
-const (
-	// TableName is the kill-switch table inside the namespace.
-	TableName = "vpn-confinement"
-	// HostTablePrefix + namespace name is the host-side table.
-	HostTablePrefix = "vpnc-"
-)
-
-// HostTableName returns the host-side table name for a namespace.
-func HostTableName(ns string) string { return HostTablePrefix + ns }
 
 // Ruleset is one nftables table: named counters, named sets and chains.
 // It is plain data; Compile and CompileHost build it, Render prints it and

@@ -6,7 +6,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -68,12 +68,12 @@ func (p *policyState) set(on bool) error {
 	if on == p.loaded {
 		return nil
 	}
-	path := netns.Path(p.spec.Name)
+	path := names.Netns(p.spec.Name)
 	var err error
 	if on {
 		err = policy.Apply(policy.Compile(p.spec), path)
 	} else {
-		err = policy.Remove(path, policy.TableName)
+		err = policy.Remove(path, names.Table)
 	}
 	if err != nil {
 		return fmt.Errorf("switch kill switch %v: %w", on, err)
@@ -84,7 +84,7 @@ func (p *policyState) set(on bool) error {
 
 // nftSnapshot reads the kill-switch table and its counters back.
 func nftSnapshot(ns string) *NFTSnapshot {
-	st, err := policy.Inspect(netns.Path(ns), policy.TableName)
+	st, err := policy.Inspect(names.Netns(ns), names.Table)
 	if err != nil {
 		return &NFTSnapshot{Error: err.Error()}
 	}

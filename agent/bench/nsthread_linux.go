@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,7 +25,7 @@ func startNSThread(name string) (*nsThread, error) {
 	ready := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with us
-		fd, err := unix.Open(netns.Path(name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(names.Netns(name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			ready <- fmt.Errorf("open netns %q: %w", name, err)
 			return

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
-	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 )
 
 // stockEnv lets the stock wireguard-go run on a kernel it believes has
@@ -45,7 +45,7 @@ func (t *topo) startReference(wgGo, wg string, mtu int) (*refTunnel, error) {
 	r := &refTunnel{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(r.done) }()
 	t.onClose(r.stop)
-	sock := wireguard.UAPISocket(t.RefIf)
+	sock := names.UAPISocket(t.RefIf)
 	if err := waitFile(sock, r.done, 5*time.Second); err != nil {
 		log, _ := os.ReadFile(filepath.Join(t.Dir, "reference.log"))
 		return nil, fmt.Errorf("stock wireguard-go: %w: %s", err, strings.TrimSpace(string(log)))

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
 
 func needRoot(t testing.TB) {
@@ -51,7 +51,7 @@ func TestSmoke(t *testing.T) {
 	if err := WriteResult(res, o.Out, o.SVG); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(netns.Dir, res.Topology.ID+"*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(names.NetnsDir, res.Topology.ID+"*")); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
 	}
 	raw, err := os.ReadFile(o.Out)

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.org/x/sys/unix"
 )
@@ -87,16 +87,16 @@ func sweepStale(log *slog.Logger) {
 // directory and UAPI socket named after id.
 func removeByID(id string) {
 	glob := func(pattern string) []string { m, _ := filepath.Glob(pattern); return m }
-	for _, p := range glob(filepath.Join(netns.Dir, id+"*")) {
+	for _, p := range glob(filepath.Join(names.NetnsDir, id+"*")) {
 		netns.Delete(filepath.Base(p))
 	}
-	for _, p := range glob(filepath.Join(config.EtcNetnsDir, id+"*")) {
+	for _, p := range glob(filepath.Join(names.EtcNetnsDir, id+"*")) {
 		os.RemoveAll(p)
 	}
-	for _, p := range glob(filepath.Join(config.RuntimeDir, id+"*")) {
+	for _, p := range glob(filepath.Join(names.RuntimeDir, id+"*")) {
 		os.RemoveAll(p)
 	}
-	for _, p := range append(glob("/var/run/wireguard/vc-"+id+"*.sock"), glob("/var/run/wireguard/"+id+"*.sock")...) {
+	for _, p := range append(glob(names.UAPISocket(names.Tunnel(id)+"*")), glob(names.UAPISocket(id+"*"))...) {
 		os.Remove(p)
 	}
 }

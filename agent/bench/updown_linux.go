@@ -13,8 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
-	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -155,8 +155,8 @@ func (r *runner) agentCycle(ctx context.Context, name string, steps map[string][
 // tunnel link or UAPI socket in the host namespace.
 func verifyDown(name, iface string) error {
 	var errs []error
-	for _, p := range []string{netns.Path(name), engine.ResolverDir(name), engine.StateDir(name),
-		filepath.Join(config.RuntimeDir, name+".lock"), wireguard.UAPISocket(iface)} {
+	for _, p := range []string{names.Netns(name), names.ResolverDir(name), names.StateDir(name),
+		names.Lock(name), names.UAPISocket(iface)} {
 		if _, err := os.Lstat(p); err == nil {
 			errs = append(errs, fmt.Errorf("%s still exists after teardown", p))
 		}
@@ -170,7 +170,7 @@ func verifyDown(name, iface string) error {
 // verifyUp checks (untimed) that a namespace really is up: the kill
 // switch loaded and the tunnel interface up inside it.
 func verifyUp(name, iface string) error {
-	st, err := policy.Inspect(netns.Path(name), policy.TableName)
+	st, err := policy.Inspect(names.Netns(name), names.Table)
 	if err != nil {
 		return err
 	}
@@ -195,9 +195,9 @@ func verifyUp(name, iface string) error {
 // removeByName removes what a failed cycle may have left.
 func removeByName(name string) {
 	netns.Delete(name)
-	os.RemoveAll(filepath.Join(config.EtcNetnsDir, name))
-	os.RemoveAll(filepath.Join(config.RuntimeDir, name))
-	os.Remove(filepath.Join(config.RuntimeDir, name+".lock"))
+	os.RemoveAll(names.ResolverDir(name))
+	os.RemoveAll(names.StateDir(name))
+	os.Remove(names.Lock(name))
 }
 
 func (r *runner) shellUnavailable() string {
@@ -241,7 +241,7 @@ rm -rf "/etc/netns/$NS"
 
 // shellCycle runs the baseline scripts for namespace name.
 func (r *runner) shellCycle(ctx context.Context, name string) (up, down time.Duration, err error) {
-	iface := "vc-" + name
+	iface := names.Tunnel(name)
 	env, err := r.shellEnv(name, iface)
 	if err != nil {
 		return 0, 0, err
@@ -259,7 +259,7 @@ func (r *runner) shellCycle(ctx context.Context, name string) (up, down time.Dur
 	}
 	// Untimed: the daemonized wireguard-go exits once its TUN is gone.
 	if r.backend == config.BackendUserspace {
-		if err := waitGone(wireguard.UAPISocket(iface), 3*time.Second); err != nil {
+		if err := waitGone(names.UAPISocket(iface), 3*time.Second); err != nil {
 			killStock(iface)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/daemon"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
 
 func cmdRun(args []string, out io.Writer) int {
@@ -159,12 +160,12 @@ func startDetached(cfg, name string, timeout time.Duration) (int, error) {
 		return 0, fmt.Errorf("notify socket: %w", err)
 	}
 	defer conn.Close()
-	if err := os.MkdirAll(engine.StateDir(name), 0o755); err != nil {
+	if err := os.MkdirAll(names.StateDir(name), 0o755); err != nil {
 		return 0, err
 	}
 	// Each start logs to its own file, renamed to agent.log once ready, so
 	// a concurrent start that loses never touches the winner's files.
-	logPath := filepath.Join(engine.StateDir(name), fmt.Sprintf("start-%d.log", os.Getpid()))
+	logPath := filepath.Join(names.StateDir(name), fmt.Sprintf("start-%d.log", os.Getpid()))
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, err
@@ -203,7 +204,7 @@ func startDetached(cfg, name string, timeout time.Duration) (int, error) {
 	defer signal.Stop(sigs)
 	select {
 	case <-ready:
-		os.Rename(logPath, filepath.Join(engine.StateDir(name), "agent.log"))
+		os.Rename(logPath, names.AgentLog(name))
 		return cmd.Process.Pid, nil
 	case err := <-exited:
 		msg := lastLine(logPath)
@@ -246,7 +247,7 @@ func waitReadyAgent(name string, timeout time.Duration) (int, error) {
 // and the runtime directory if nothing else lives there.
 func cleanFailedStart(name, logPath string) {
 	os.Remove(logPath)
-	os.Remove(engine.StateDir(name)) // only if empty
+	os.Remove(names.StateDir(name)) // only if empty
 }
 
 func containsLine(msg, line string) bool {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -22,9 +23,6 @@ type Options struct {
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,11}$`)
 var ifnameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
-
-// MaxNameLen keeps "vc-"+name within IFNAMSIZ-1 (15) bytes.
-const MaxNameLen = 12
 
 // LoadSpec loads and resolves a config file in one step.
 func LoadSpec(path string, opts Options) (*Spec, error) {
@@ -67,8 +65,8 @@ func ValidateName(name string) error {
 		return fieldErr("name", `set a short name such as "proton"`, "missing")
 	case strings.ContainsAny(name, "/\\") || strings.Contains(name, ".."):
 		return fieldErr("name", "use only a-z, 0-9 and '-'", "%q is not safe as a path component", name)
-	case len(name) > MaxNameLen:
-		return fieldErr("name", fmt.Sprintf("use at most %d characters (interface names are limited to 15)", MaxNameLen), "%q is %d characters long", name, len(name))
+	case len(name) > names.MaxNameLen:
+		return fieldErr("name", fmt.Sprintf("use at most %d characters (interface names are limited to 15)", names.MaxNameLen), "%q is %d characters long", name, len(name))
 	case !nameRE.MatchString(name):
 		return fieldErr("name", "start with a letter and use only a-z, 0-9 and '-'", "%q has characters that are not allowed", name)
 	}
@@ -100,7 +98,7 @@ func resolveNames(c *Config, s *Spec) error {
 	}
 	s.Interface = c.Interface
 	if s.Interface == "" {
-		s.Interface = "vc-" + c.Name
+		s.Interface = names.Tunnel(c.Name)
 	}
 	return validateIfname("interface", s.Interface)
 }
@@ -386,7 +384,7 @@ func resolveHostLink(c *Config, s *Spec) error {
 		}
 		return nil
 	}
-	hl := &HostLinkSpec{HostIf: "vh-" + s.Name, NSIf: "vn-" + s.Name}
+	hl := &HostLinkSpec{HostIf: names.HostVeth(s.Name), NSIf: names.NSVeth(s.Name)}
 	var err error
 	if hl.HostAddr, err = hostLinkAddr("hostLink.hostAddress", h.HostAddress); err != nil {
 		return err

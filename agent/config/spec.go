@@ -90,12 +90,6 @@ type Mapping struct {
 // Default values.
 const (
 	DefaultMTU = 1420
-	// RuntimeDir holds per-namespace state and locks.
-	RuntimeDir = "/run/vpn-confinement"
-	// NetnsDir is where named namespaces are bind-mounted (iproute2's).
-	NetnsDir = "/run/netns"
-	// EtcNetnsDir holds per-namespace resolv.conf/nsswitch.conf (iproute2's).
-	EtcNetnsDir = "/etc/netns"
 )
 
 // TunnelAddrs returns the tunnel's addresses of one family.

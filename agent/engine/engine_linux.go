@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 )
@@ -337,7 +338,7 @@ func (e *Engine) Down(name string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	iface := "vc-" + name
+	iface := names.Tunnel(name)
 	if st, err := ReadState(name); err == nil && st.Interface != "" {
 		iface = st.Interface
 	}
@@ -357,7 +358,7 @@ func (e *Engine) removeAll(name, iface string, tunnelStopped bool) error {
 		}
 	}
 	add("host policy", removeHostPolicy(name))
-	add("host link", deleteHostLink("vh-"+name))
+	add("host link", deleteHostLink(names.HostVeth(name)))
 	add("stale tunnel link", wireguard.RemoveStaleHostLink(name, iface))
 	if !tunnelStopped && netns.Exists(name) {
 		// Delete the tunnel before the namespace: processes still inside
@@ -365,13 +366,13 @@ func (e *Engine) removeAll(name, iface string, tunnelStopped bool) error {
 		// The kill switch stays with them.
 		add("tunnel", wireguard.AdoptKernel(name, iface).Destroy())
 	}
-	if err := os.Remove(wireguard.UAPISocket(iface)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(names.UAPISocket(iface)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		add("uapi socket", err)
 	}
 	add("resolver files", removeResolver(name))
 	add("netns", netns.Delete(name))
 	add("state", removeState(name))
-	if err := os.RemoveAll(StateDir(name)); err != nil {
+	if err := os.RemoveAll(names.StateDir(name)); err != nil {
 		add("runtime dir", err)
 	}
 	if err := errors.Join(errs...); err != nil {

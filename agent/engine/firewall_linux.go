@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.org/x/sys/unix"
 )
@@ -18,12 +18,12 @@ import (
 func applyPolicy(s *config.Spec, fresh bool) error {
 	r := policy.Compile(s)
 	if fresh {
-		err := policy.Create(r, netns.Path(s.Name))
+		err := policy.Create(r, names.Netns(s.Name))
 		if !errors.Is(err, unix.EEXIST) {
 			return err
 		}
 	}
-	return policy.Apply(r, netns.Path(s.Name))
+	return policy.Apply(r, names.Netns(s.Name))
 }
 
 func applyHostPolicy(s *config.Spec) error {
@@ -31,5 +31,5 @@ func applyHostPolicy(s *config.Spec) error {
 }
 
 func removeHostPolicy(name string) error {
-	return policy.Remove("", policy.HostTableName(name))
+	return policy.Remove("", names.HostTable(name))
 }

@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,14 +22,12 @@ type Lock struct {
 // ErrBusy means another agent manages the namespace.
 var ErrBusy = errors.New("namespace is managed by another vpn-agent")
 
-func lockPath(name string) string { return filepath.Join(config.RuntimeDir, name+".lock") }
-
 // TryLock takes the namespace lock without waiting.
 func TryLock(name string) (*Lock, error) {
-	if err := os.MkdirAll(config.RuntimeDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", config.RuntimeDir, err)
+	if err := os.MkdirAll(names.RuntimeDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", names.RuntimeDir, err)
 	}
-	p := lockPath(name)
+	p := names.Lock(name)
 	for attempt := 0; attempt < 5; attempt++ {
 		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
@@ -100,7 +97,7 @@ func (l *Lock) Release(remove bool) {
 
 // HolderPID returns the pid written in the lock file, or 0.
 func HolderPID(name string) int {
-	f, err := os.Open(lockPath(name))
+	f, err := os.Open(names.Lock(name))
 	if err != nil {
 		return 0
 	}

@@ -10,12 +10,8 @@ import (
 	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
-
-// ResolverDir is /etc/netns/<name>: `ip netns exec`, `vpn-agent exec` and
-// the systemd drop-in bind these files over /etc/resolv.conf and
-// /etc/nsswitch.conf, so the confined side never sees the host's resolver.
-func ResolverDir(name string) string { return filepath.Join(config.EtcNetnsDir, name) }
 
 // ResolvConf renders resolv.conf for the spec.
 func ResolvConf(s *config.Spec) []byte {
@@ -62,7 +58,7 @@ func NSSwitch(host []byte) []byte {
 // writeResolver writes the namespace's resolver files. It reports whether
 // it created the directory (so a rollback removes only what it made).
 func writeResolver(s *config.Spec) (created bool, err error) {
-	dir := ResolverDir(s.Name)
+	dir := names.ResolverDir(s.Name)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		created = true
 	}
@@ -73,17 +69,17 @@ func writeResolver(s *config.Spec) (created bool, err error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return created, fmt.Errorf("read /etc/nsswitch.conf: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "resolv.conf"), ResolvConf(s), 0o644); err != nil {
+	if err := writeFileAtomic(names.ResolvConf(s.Name), ResolvConf(s), 0o644); err != nil {
 		return created, err
 	}
-	return created, writeFileAtomic(filepath.Join(dir, "nsswitch.conf"), NSSwitch(hostNSS), 0o644)
+	return created, writeFileAtomic(names.NSSwitch(s.Name), NSSwitch(hostNSS), 0o644)
 }
 
 // removeResolver removes our two files and the directory if it is empty.
 func removeResolver(name string) error {
-	dir := ResolverDir(name)
+	dir := names.ResolverDir(name)
 	var errs []error
-	for _, f := range []string{"resolv.conf", "nsswitch.conf"} {
+	for _, f := range names.ResolverFiles {
 		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

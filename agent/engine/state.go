@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
 
 // State is what the agent records about a namespace it manages, in
@@ -25,50 +26,45 @@ type State struct {
 	Started    time.Time      `json:"started"`
 }
 
-// StateDir is the per-namespace runtime directory.
-func StateDir(name string) string { return filepath.Join(config.RuntimeDir, name) }
-
-func statePath(name string) string { return filepath.Join(StateDir(name), "state.json") }
-
 // ReadState returns the recorded state, or os.ErrNotExist.
 func ReadState(name string) (*State, error) {
-	b, err := os.ReadFile(statePath(name))
+	b, err := os.ReadFile(names.StateFile(name))
 	if err != nil {
 		return nil, err
 	}
 	var s State
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", statePath(name), err)
+		return nil, fmt.Errorf("parse %s: %w", names.StateFile(name), err)
 	}
 	return &s, nil
 }
 
 func writeState(s *State) error {
-	if err := os.MkdirAll(StateDir(s.Name), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", StateDir(s.Name), err)
+	if err := os.MkdirAll(names.StateDir(s.Name), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", names.StateDir(s.Name), err)
 	}
 	b, _ := json.MarshalIndent(s, "", "  ")
-	return writeFileAtomic(statePath(s.Name), append(b, '\n'), 0o644)
+	return writeFileAtomic(names.StateFile(s.Name), append(b, '\n'), 0o644)
 }
 
 // removeState removes the state file, and the runtime directory if that
 // leaves it empty (a detached agent's log keeps it until down).
 func removeState(name string) error {
-	err := os.Remove(statePath(name))
+	err := os.Remove(names.StateFile(name))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	os.Remove(StateDir(name)) // fails harmlessly when not empty
+	os.Remove(names.StateDir(name)) // fails harmlessly when not empty
 	return nil
 }
 
 // ListStates returns the names of namespaces with a state file.
 func ListStates() []string {
-	ents, _ := os.ReadDir(config.RuntimeDir)
+	ents, _ := os.ReadDir(names.RuntimeDir)
 	var out []string
 	for _, e := range ents {
 		if e.IsDir() {
-			if _, err := os.Stat(statePath(e.Name())); err == nil {
+			if _, err := os.Stat(names.StateFile(e.Name())); err == nil {
 				out = append(out, e.Name())
 			}
 		}

@@ -4,14 +4,14 @@ import (
 	"errors"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
 // policyMatches reports whether the namespace's kill-switch table is
 // loaded and identical to what the spec compiles to. err: not loaded.
 func policyMatches(s *config.Spec) (bool, error) {
-	return matches(netns.Path(s.Name), policy.Compile(s))
+	return matches(names.Netns(s.Name), policy.Compile(s))
 }
 
 func hostPolicyMatches(s *config.Spec) (bool, error) {

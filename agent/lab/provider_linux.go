@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"golang.zx2c4.com/wireguard/conn"
@@ -204,7 +205,7 @@ func (l *Lab) StopPeer() {
 // (network namespace only; the mount namespace stays shared so namespaces
 // the agent creates are visible to everyone).
 func (l *Lab) HostCommand(ctx context.Context, argv ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + netns.Path(l.Host), "--"}, argv...)...)
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + names.Netns(l.Host), "--"}, argv...)...)
 }
 
 // Close removes everything the lab created.

@@ -8,6 +8,7 @@ import (
 	"runtime"
 
 	vnetns "github.com/vishvananda/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +45,7 @@ func Exec(name string, argv []string, env []string) error {
 	if err := hideResolverIPC(); err != nil {
 		return err
 	}
-	etc := filepath.Join("/etc/netns", name)
+	etc := names.ResolverDir(name)
 	ents, _ := os.ReadDir(etc)
 	for _, e := range ents {
 		src, dst := filepath.Join(etc, e.Name()), filepath.Join("/etc", e.Name())
@@ -62,17 +63,10 @@ func Exec(name string, argv []string, env []string) error {
 	return fmt.Errorf("exec %s: %w", path, unix.Exec(path, argv, env))
 }
 
-// resolverIPC are the host resolver daemons' endpoints: directories are
-// covered by an empty read-only tmpfs, sockets by /dev/null.
-var resolverIPC = []string{
-	"/run/nscd",
-	"/run/systemd/resolve/io.systemd.Resolve",
-	"/run/systemd/resolve/io.systemd.Resolve.Monitor",
-	"/run/dbus/system_bus_socket",
-}
-
+// hideResolverIPC covers names.HostResolverIPC: directories by an empty
+// read-only tmpfs, sockets by /dev/null.
 func hideResolverIPC() error {
-	for _, p := range resolverIPC {
+	for _, p := range names.HostResolverIPC {
 		st, err := os.Stat(p)
 		if err != nil {
 			continue // absent: nothing to hide

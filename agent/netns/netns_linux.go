@@ -7,25 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"golang.org/x/sys/unix"
 )
-
-// Dir is where named namespaces are bind-mounted.
-const Dir = "/run/netns"
-
-// Path returns the bind-mount path of a named namespace.
-func Path(name string) string { return filepath.Join(Dir, name) }
 
 // Exists reports whether name is a live namespace bind mount (not merely a
 // leftover file).
 func Exists(name string) bool {
 	var st unix.Statfs_t
-	if err := unix.Statfs(Path(name), &st); err != nil {
+	if err := unix.Statfs(names.Netns(name), &st); err != nil {
 		return false
 	}
 	return st.Type == unix.NSFS_MAGIC
@@ -40,7 +34,7 @@ func Create(name string) error {
 	if err := ensureSharedDir(); err != nil {
 		return err
 	}
-	p := Path(name)
+	p := names.Netns(name)
 	_ = os.Remove(p) // stale file from a crash: not a mount, safe to remove
 	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
@@ -98,22 +92,22 @@ func inNewThreadNS(fn func(tid int) error) error {
 // so namespaces created later propagate into other mount namespaces
 // (services started with private mounts still see them).
 func ensureSharedDir() error {
-	if err := os.MkdirAll(Dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", Dir, err)
+	if err := os.MkdirAll(names.NetnsDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", names.NetnsDir, err)
 	}
-	err := unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	err := unix.Mount("", names.NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("make %s shared: %w", Dir, err)
+		return fmt.Errorf("make %s shared: %w", names.NetnsDir, err)
 	}
 	// Not a mount point yet: bind it onto itself, then make it shared.
-	if err := unix.Mount(Dir, Dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("bind %s: %w", Dir, err)
+	if err := unix.Mount(names.NetnsDir, names.NetnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", names.NetnsDir, err)
 	}
-	if err := unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("make %s shared: %w", Dir, err)
+	if err := unix.Mount("", names.NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s shared: %w", names.NetnsDir, err)
 	}
 	return nil
 }
@@ -121,7 +115,7 @@ func ensureSharedDir() error {
 // Delete removes the named namespace. A missing namespace is not an error.
 // Links inside it are destroyed by the kernel once no process holds it.
 func Delete(name string) error {
-	p := Path(name)
+	p := names.Netns(name)
 	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount netns %q: %w", name, err)
 	}
@@ -133,7 +127,7 @@ func Delete(name string) error {
 
 // Open returns a handle (file descriptor) of the named namespace.
 func Open(name string) (vnetns.NsHandle, error) {
-	h, err := vnetns.GetFromPath(Path(name))
+	h, err := vnetns.GetFromPath(names.Netns(name))
 	if err != nil {
 		return vnetns.None(), fmt.Errorf("open netns %q: %w", name, err)
 	}

@@ -2,7 +2,7 @@ package status
 
 import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -10,7 +10,7 @@ import (
 // loaded, whether it is exactly what the config compiles to, its rule
 // count and its drop counters.
 func inspectPolicy(r *Report, spec *config.Spec) {
-	st, err := policy.Inspect(netns.Path(r.Name), policy.TableName)
+	st, err := policy.Inspect(names.Netns(r.Name), names.Table)
 	if err != nil || !st.Loaded {
 		r.Problems = append(r.Problems, "kill-switch table is NOT loaded")
 		return

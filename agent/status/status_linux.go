@@ -14,6 +14,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.zx2c4.com/wireguard/wgctrl"
 )
@@ -70,7 +71,7 @@ func Get(name string) (*Report, error) {
 	if stErr != nil && !netns.Exists(name) {
 		return nil, fmt.Errorf("namespace %s: %w", name, os.ErrNotExist)
 	}
-	r := &Report{Name: name, Interface: "vc-" + name}
+	r := &Report{Name: name, Interface: names.Tunnel(name)}
 	if st != nil {
 		r.Backend, r.Interface, r.AgentPID, r.DNS, r.HostLink = string(st.Backend), st.Interface, st.PID, st.DNS, st.HostIf
 	} else {

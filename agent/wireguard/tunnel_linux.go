@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.org/x/sys/unix"
 )
@@ -61,7 +62,7 @@ func Create(ctx context.Context, log *slog.Logger, s *config.Spec, b config.Back
 // to delete; anything else under that name is left alone (Create then
 // refuses with a clear error).
 func RemoveStaleHostLink(nsName, iface string) error {
-	if iface != "vc-"+nsName {
+	if iface != names.Tunnel(nsName) {
 		return nil
 	}
 	l, err := netlink.LinkByName(iface)

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/conn"
@@ -77,7 +78,7 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 	ul, err := net.FileListener(uf)
 	uf.Close()
 	if err != nil {
-		os.Remove(UAPISocket(s.Interface))
+		os.Remove(names.UAPISocket(s.Interface))
 		return nil, fmt.Errorf("listen on UAPI socket for %q: %w", s.Interface, err)
 	}
 	go func() {
@@ -156,7 +157,7 @@ func (u *userspaceTunnel) Stop() (<-chan struct{}, error) {
 	u.once.Do(func() {
 		u.gone = make(chan struct{})
 		u.uapi.Close()
-		if err := os.Remove(UAPISocket(u.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(names.UAPISocket(u.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			u.destroy = err
 		}
 		if err := u.dev.Down(); err != nil {
@@ -169,6 +170,3 @@ func (u *userspaceTunnel) Stop() (<-chan struct{}, error) {
 	})
 	return u.gone, u.destroy
 }
-
-// UAPISocket is where wireguard-go's UAPI socket for iface lives.
-func UAPISocket(iface string) string { return "/var/run/wireguard/" + iface + ".sock" }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
@@ -54,7 +55,7 @@ func startAgent(t *testing.T, o topo.AgentOptions) *confined {
 	return c
 }
 
-func (c *confined) iface() string { return "vc-" + c.name }
+func (c *confined) iface() string { return names.Tunnel(c.name) }
 
 // tunnelEcho probes the provider's tunnel-side echo server from the
 // confined namespace, allowing for the first handshake.
@@ -148,7 +149,7 @@ func TestAgentDNS(t *testing.T) {
 	}
 
 	// The namespace's resolv.conf names the provider's resolver only.
-	rc, err := os.ReadFile("/etc/netns/" + c.name + "/resolv.conf")
+	rc, err := os.ReadFile(names.ResolvConf(c.name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func TestAgentKillSwitch(t *testing.T) {
 			}
 			tc.breakIt(t, c)
 
-			hostIf := "vh-" + c.name
+			hostIf := names.HostVeth(c.name)
 			up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
 			lan := observe.Start(t, tp.Host, topo.HostLANIf, nil)
 			veth := observe.Start(t, tp.Host, hostIf, nil)
@@ -370,7 +371,7 @@ func hijackDefaultRoute(t *testing.T, c *confined) (restore func()) {
 			}
 		}
 	}
-	nsIf := "vn-" + c.name
+	nsIf := names.NSVeth(c.name)
 	if _, err := nsutil.Output(c.name, "ip", "route", "replace", "default", "via", topo.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
 		t.Logf("could not add the escape route (the agent may be rebuilding): %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
@@ -21,7 +22,7 @@ func TestAgentWGQuickFile(t *testing.T) {
 	if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
 		t.Fatalf("no traffic through a tunnel from a wg-quick file: %v\n%s", r, c.d.Output())
 	}
-	rc, err := os.ReadFile("/etc/netns/" + c.name + "/resolv.conf")
+	rc, err := os.ReadFile(names.ResolvConf(c.name))
 	if err != nil || !strings.Contains(string(rc), "nameserver "+topo.ProvTunnel4.String()) {
 		t.Errorf("resolv.conf should name the wg-quick file's DNS = %s (err %v):\n%s", topo.ProvTunnel4, err, rc)
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
@@ -20,14 +21,14 @@ func TestAgentLeakDetection(t *testing.T) {
 	c := newConfined(t, topo.AgentOptions{HostLink: true})
 	c.d = c.ag.Run(t, c.path, "--check-interval", "1h")
 	tp := c.tp
-	if _, err := nsutil.Output(c.name, "nft", "delete", "table", "inet", "vpn-confinement"); err != nil {
+	if _, err := nsutil.Output(c.name, "nft", "delete", "table", "inet", names.Table); err != nil {
 		t.Fatalf("removing the kill switch: %v", err)
 	}
-	if _, err := nsutil.Output(tp.Host, "nft", "delete", "table", "inet", "vpnc-"+c.name); err != nil {
+	if _, err := nsutil.Output(tp.Host, "nft", "delete", "table", "inet", names.HostTable(c.name)); err != nil {
 		t.Fatalf("removing the host table: %v", err)
 	}
 	up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
-	veth := observe.Start(t, tp.Host, "vh-"+c.name, nil)
+	veth := observe.Start(t, tp.Host, names.HostVeth(c.name), nil)
 	mark := tp.Decoy.Mark()
 	restore := hijackDefaultRoute(t, c)
 	defer restore()

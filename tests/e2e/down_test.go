@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
@@ -45,7 +45,7 @@ func TestAgentDown(t *testing.T) {
 		// A crash leaves the namespace closed, not open.
 		if !nsutil.Mounted(c.name) {
 			t.Errorf("after SIGKILL the namespace is gone; expected it (and its kill switch) to stay until down")
-		} else if _, err := nsutil.Output(c.name, "nft", "list", "table", "inet", "vpn-confinement"); err != nil {
+		} else if _, err := nsutil.Output(c.name, "nft", "list", "table", "inet", names.Table); err != nil {
 			t.Errorf("after SIGKILL the namespace has no kill switch: %v", err)
 		}
 		c.ag.MustCmd(t, "down", c.name)
@@ -122,15 +122,15 @@ func resources(c *confined) []resource {
 	}
 	return []resource{
 		{"netns /run/netns/" + name, file(nsutil.Path(name))},
-		{"link vc-" + name + " in the host namespace", link(host, "vc-"+name)},
-		{"link vh-" + name + " in the host namespace", link(host, "vh-"+name)},
-		{"link vc-" + name + " in the root namespace", rootLink("vc-" + name)},
-		{"link vh-" + name + " in the root namespace", rootLink("vh-" + name)},
-		{"nft table inet vpnc-" + name + " in the host namespace", ok(host, "nft", "list", "table", "inet", "vpnc-"+name)},
-		{"/etc/netns/" + name, file(filepath.Join("/etc/netns", name))},
-		{"/var/run/wireguard/vc-" + name + ".sock", file("/var/run/wireguard/vc-" + name + ".sock")},
-		{"/run/vpn-confinement/" + name, file(filepath.Join("/run/vpn-confinement", name))},
-		{"/run/vpn-confinement/" + name + ".lock", file(filepath.Join("/run/vpn-confinement", name+".lock"))},
+		{"link vc-" + name + " in the host namespace", link(host, names.Tunnel(name))},
+		{"link vh-" + name + " in the host namespace", link(host, names.HostVeth(name))},
+		{"link vc-" + name + " in the root namespace", rootLink(names.Tunnel(name))},
+		{"link vh-" + name + " in the root namespace", rootLink(names.HostVeth(name))},
+		{"nft table inet vpnc-" + name + " in the host namespace", ok(host, "nft", "list", "table", "inet", names.HostTable(name))},
+		{"/etc/netns/" + name, file(names.ResolverDir(name))},
+		{names.UAPISocket(names.Tunnel(name)), file(names.UAPISocket(names.Tunnel(name)))},
+		{"/run/vpn-confinement/" + name, file(names.StateDir(name))},
+		{"/run/vpn-confinement/" + name + ".lock", file(names.Lock(name))},
 	}
 }
 
@@ -141,15 +141,15 @@ func assertPresent(t *testing.T, c *confined) {
 	want := map[string]bool{
 		"netns":                   nsutil.Mounted(c.name),
 		"wg link in the netns":    okIn(c.name, "ip", "link", "show", "dev", c.iface()),
-		"kill switch in netns":    okIn(c.name, "nft", "list", "table", "inet", "vpn-confinement"),
-		"vh- link in host":        okIn(c.tp.Host, "ip", "link", "show", "dev", "vh-"+c.name),
-		"vpnc- table in host":     okIn(c.tp.Host, "nft", "list", "table", "inet", "vpnc-"+c.name),
-		"resolv.conf":             exists("/etc/netns/" + c.name + "/resolv.conf"),
-		"UAPI socket":             exists("/var/run/wireguard/" + c.iface() + ".sock"),
-		"state.json":              exists("/run/vpn-confinement/" + c.name + "/state.json"),
+		"kill switch in netns":    okIn(c.name, "nft", "list", "table", "inet", names.Table),
+		"vh- link in host":        okIn(c.tp.Host, "ip", "link", "show", "dev", names.HostVeth(c.name)),
+		"vpnc- table in host":     okIn(c.tp.Host, "nft", "list", "table", "inet", names.HostTable(c.name)),
+		"resolv.conf":             exists(names.ResolvConf(c.name)),
+		"UAPI socket":             exists(names.UAPISocket(c.iface())),
+		"state.json":              exists(names.StateFile(c.name)),
 		"no wg link in host ns":   !okIn(c.tp.Host, "ip", "link", "show", "dev", c.iface()),
 		"no wg link in root ns":   !okRoot("ip", "link", "show", "dev", c.iface()),
-		"no host link in root ns": !okRoot("ip", "link", "show", "dev", "vh-"+c.name),
+		"no host link in root ns": !okRoot("ip", "link", "show", "dev", names.HostVeth(c.name)),
 	}
 	for what, ok := range want {
 		if !ok {

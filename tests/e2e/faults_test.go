@@ -16,6 +16,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
@@ -195,7 +196,7 @@ func TestFaultInjectedError(t *testing.T) {
 				})
 				if cmd == "run" {
 					// Whatever the failed run left must not stop the next one.
-					os.Remove(engine.StateDir(s.name))
+					os.Remove(names.StateDir(s.name))
 				}
 			}
 			done = append(done, step+"→"+recoverAndDown(t, s, i, when))
@@ -235,7 +236,7 @@ func TestFaultKilledBetweenSteps(t *testing.T) {
 			if !nsutil.Mounted(s.name) {
 				t.Fatalf("%s: the namespace is gone; a crash must leave it (closed) for the next up", when)
 			}
-			table := okIn(s.name, "nft", "list", "table", "inet", "vpn-confinement")
+			table := okIn(s.name, "nft", "list", "table", "inet", names.Table)
 			switch {
 			case table:
 			case i >= indexOf(engine.Steps, engine.StepPolicy):
@@ -390,7 +391,7 @@ func TestFaultConcurrentStart(t *testing.T) {
 					t.Errorf("round %d: %d agents run for the namespace (%v), want 1", round, len(pids), pids)
 				}
 				for _, f := range []string{"state.json", "agent.log"} {
-					if p := filepath.Join(engine.StateDir(s.name), f); !exists(p) {
+					if p := filepath.Join(names.StateDir(s.name), f); !exists(p) {
 						lost = append(lost, fmt.Sprintf("round %d: %s", round, p))
 					}
 				}
@@ -469,9 +470,9 @@ func TestFaultStaleLeftovers(t *testing.T) {
 		{
 			name: "stale-host-link",
 			setup: func(t *testing.T) {
-				tp.Exec(t, tp.Host, "ip", "link", "add", "vh-"+s.name, "type", "veth", "peer", "name", "vn-"+s.name)
-				tp.Exec(t, tp.Host, "ip", "addr", "add", topo.HostLinkHost.String(), "dev", "vh-"+s.name)
-				tp.Exec(t, tp.Host, "ip", "link", "set", "vh-"+s.name, "up")
+				tp.Exec(t, tp.Host, "ip", "link", "add", names.HostVeth(s.name), "type", "veth", "peer", "name", names.NSVeth(s.name))
+				tp.Exec(t, tp.Host, "ip", "addr", "add", topo.HostLinkHost.String(), "dev", names.HostVeth(s.name))
+				tp.Exec(t, tp.Host, "ip", "link", "set", names.HostVeth(s.name), "up")
 			},
 			check: func(t *testing.T, w *window) {
 				if r := inboundAllowed(s); !r.Reached() {
@@ -488,8 +489,8 @@ func TestFaultStaleLeftovers(t *testing.T) {
 			// module, a persistent TUN of that name stands in for it.
 			name: "tunnel-name-taken-in-host-namespace",
 			setup: func(t *testing.T) {
-				if _, err := nsutil.Output(tp.Host, "ip", "link", "add", "vc-"+s.name, "type", "wireguard"); err != nil {
-					tp.Exec(t, tp.Host, "ip", "tuntap", "add", "dev", "vc-"+s.name, "mode", "tun")
+				if _, err := nsutil.Output(tp.Host, "ip", "link", "add", names.Tunnel(s.name), "type", "wireguard"); err != nil {
+					tp.Exec(t, tp.Host, "ip", "tuntap", "add", "dev", names.Tunnel(s.name), "mode", "tun")
 				}
 			},
 			check: func(t *testing.T, w *window) { assertNoReach(t, w, "stale tunnel name") },
@@ -497,18 +498,18 @@ func TestFaultStaleLeftovers(t *testing.T) {
 		{
 			name: "stale-runtime-and-resolver-files",
 			setup: func(t *testing.T) {
-				dir := engine.StateDir(s.name)
+				dir := names.StateDir(s.name)
 				must(t, os.MkdirAll(dir, 0o755))
-				must(t, os.WriteFile(filepath.Join(dir, "state.json"), []byte(fmt.Sprintf(
+				must(t, os.WriteFile(names.StateFile(s.name), []byte(fmt.Sprintf(
 					`{"name":%q,"backend":"userspace","interface":"vc-%s","pid":999999,"dns":["203.0.113.53"],"ipv6":true,"started":"2020-01-01T00:00:00Z"}`,
 					s.name, s.name)), 0o644))
-				must(t, os.WriteFile(filepath.Join(config.RuntimeDir, s.name+".lock"), []byte("999999\n"), 0o600))
-				must(t, os.MkdirAll(filepath.Join("/etc/netns", s.name), 0o755))
-				must(t, os.WriteFile(filepath.Join("/etc/netns", s.name, "resolv.conf"), []byte("nameserver 203.0.113.53\n"), 0o644))
-				deadSocket(t, "/var/run/wireguard/vc-"+s.name+".sock")
+				must(t, os.WriteFile(names.Lock(s.name), []byte("999999\n"), 0o600))
+				must(t, os.MkdirAll(names.ResolverDir(s.name), 0o755))
+				must(t, os.WriteFile(names.ResolvConf(s.name), []byte("nameserver 203.0.113.53\n"), 0o644))
+				deadSocket(t, names.UAPISocket(names.Tunnel(s.name)))
 			},
 			check: func(t *testing.T, w *window) {
-				rc, err := os.ReadFile(filepath.Join("/etc/netns", s.name, "resolv.conf"))
+				rc, err := os.ReadFile(names.ResolvConf(s.name))
 				if err != nil || strings.Contains(string(rc), "203.0.113.53") || !strings.Contains(string(rc), "nameserver "+topo.ProvTunnel4.String()) {
 					t.Errorf("resolv.conf was not rewritten to the configured resolver (err %v):\n%s", err, rc)
 				}
@@ -556,8 +557,8 @@ func TestFaultStaleLeftovers(t *testing.T) {
 		if !ok {
 			// Leave a clean slate for the next case.
 			s.ag.Cmd("down", s.name)
-			execOut("ip", "-n", tp.Host, "link", "del", "vc-"+s.name)
-			execOut("ip", "-n", tp.Host, "link", "del", "vh-"+s.name)
+			execOut("ip", "-n", tp.Host, "link", "del", names.Tunnel(s.name))
+			execOut("ip", "-n", tp.Host, "link", "del", names.HostVeth(s.name))
 			done = append(done, c.name+":FAIL")
 		} else {
 			done = append(done, c.name+":ok")

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
@@ -79,9 +80,9 @@ func TestLeakMatrixDetects(t *testing.T) {
 	s := newSite(t, siteOptions{})
 	s.run(t, "--check-interval", "1h")
 	s.mustTunnel(t, 5*time.Second, "after READY=1")
-	s.tp.Exec(t, s.name, "nft", "delete", "table", "inet", "vpn-confinement")
-	s.tp.Exec(t, s.tp.Host, "nft", "delete", "table", "inet", "vpnc-"+s.name)
-	s.tp.Exec(t, s.name, "ip", "route", "replace", "default", "via", hostLinkHost.String(), "dev", "vn-"+s.name)
+	s.tp.Exec(t, s.name, "nft", "delete", "table", "inet", names.Table)
+	s.tp.Exec(t, s.tp.Host, "nft", "delete", "table", "inet", names.HostTable(s.name))
+	s.tp.Exec(t, s.name, "ip", "route", "replace", "default", "via", hostLinkHost.String(), "dev", names.NSVeth(s.name))
 	mx := newMatrix(matrixRows())
 	mx.quiet = true
 	mx.state(s, stateSpec{col: "1"}, func(w *window) { w.round(mx.rows) })
@@ -590,7 +591,7 @@ func (mx *matrix) runMain(t *testing.T) {
 	// until the round is over.
 	sp = stateSpec{col: "4", inbound: wantReach}
 	mx.state(s, sp, func(w *window) {
-		s.tp.Exec(t, s.name, "ip", "link", "del", "vc-"+s.name)
+		s.tp.Exec(t, s.name, "ip", "link", "del", names.Tunnel(s.name))
 		stop, done := make(chan struct{}), make(chan int)
 		go func() {
 			n := 1
@@ -601,7 +602,7 @@ func (mx *matrix) runMain(t *testing.T) {
 					return
 				case <-time.After(20 * time.Millisecond):
 				}
-				if _, err := nsutil.Output(s.name, "ip", "link", "del", "vc-"+s.name); err == nil {
+				if _, err := nsutil.Output(s.name, "ip", "link", "del", names.Tunnel(s.name)); err == nil {
 					n++
 				}
 			}
@@ -636,7 +637,7 @@ func (mx *matrix) runMain(t *testing.T) {
 	}
 	mx.state(s, sp, func(w *window) {
 		s.daemon().Kill()
-		if !nsutil.Mounted(s.name) || !okIn(s.name, "nft", "list", "table", "inet", "vpn-confinement") {
+		if !nsutil.Mounted(s.name) || !okIn(s.name, "nft", "list", "table", "inet", names.Table) {
 			w.fail("after SIGKILL the namespace or its kill switch is gone; it must stay (fail closed)")
 		}
 		w.round(mx.rows)
@@ -947,7 +948,7 @@ func (mx *matrix) policyDeleted(s *site, w *window) {
 	const interval, bound = 3 * time.Second, 12 * time.Second
 	var deleted time.Time
 	for attempt := 0; ; attempt++ {
-		s.tp.Exec(t, s.name, "nft", "delete", "table", "inet", "vpn-confinement")
+		s.tp.Exec(t, s.name, "nft", "delete", "table", "inet", names.Table)
 		deleted = time.Now()
 		healthy, code, st, out := s.statusOf()
 		if !healthy && code == 1 && st != nil {
@@ -1006,7 +1007,7 @@ func (mx *matrix) policyDeleted(s *site, w *window) {
 // hostCounters reads the packet counts of the host table's named counters.
 func hostCounters(s *site) map[string]uint64 {
 	out := map[string]uint64{}
-	b, err := nsutil.Output(s.tp.Host, "nft", "-j", "list", "counters", "table", "inet", "vpnc-"+s.name)
+	b, err := nsutil.Output(s.tp.Host, "nft", "-j", "list", "counters", "table", "inet", names.HostTable(s.name))
 	if err != nil {
 		s.t.Errorf("host table counters: %v", err)
 		return out

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
@@ -344,7 +345,7 @@ func (s *site) open(t *testing.T, what string) *window {
 	w.obs[onUplink] = observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
 	w.obs[onLAN] = observe.Start(t, tp.Host, topo.HostLANIf, nil)
 	if s.vethUp() {
-		w.obs[onVeth] = observe.Start(t, tp.Host, "vh-"+s.name, nil)
+		w.obs[onVeth] = observe.Start(t, tp.Host, names.HostVeth(s.name), nil)
 	}
 	for l := range numLinks {
 		w.control(l)
@@ -395,7 +396,7 @@ func (w *window) reopenVeth() {
 		w.obs[onVeth] = nil
 	}
 	if w.s.vethUp() {
-		w.obs[onVeth] = observe.Start(w.t, w.s.tp.Host, "vh-"+w.s.name, nil)
+		w.obs[onVeth] = observe.Start(w.t, w.s.tp.Host, names.HostVeth(w.s.name), nil)
 		w.control(onVeth)
 	}
 }
@@ -403,7 +404,7 @@ func (w *window) reopenVeth() {
 // vethUp reports whether the host end of the host link exists and has
 // carrier (a capture on it can see something).
 func (s *site) vethUp() bool {
-	out, err := nsutil.Output(s.tp.Host, "ip", "-o", "link", "show", "dev", "vh-"+s.name)
+	out, err := nsutil.Output(s.tp.Host, "ip", "-o", "link", "show", "dev", names.HostVeth(s.name))
 	return err == nil && strings.Contains(string(out), "LOWER_UP")
 }
 
@@ -638,6 +639,6 @@ func (s *site) statusOf() (healthy bool, code int, st map[string]any, out agentp
 // linkUp reports whether the tunnel interface exists and is up in the
 // confined namespace.
 func (s *site) linkUp() bool {
-	out, err := nsutil.Output(s.name, "ip", "-o", "link", "show", "dev", "vc-"+s.name)
+	out, err := nsutil.Output(s.name, "ip", "-o", "link", "show", "dev", names.Tunnel(s.name))
 	return err == nil && strings.Contains(string(out), ",UP")
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
@@ -96,7 +97,7 @@ func TestKernelBackendEndToEnd(t *testing.T) {
 	t.Parallel()
 	tp := newKernelTopo(t)
 	path, cfg := tp.AgentConfig(t, topo.AgentOptions{Backend: "auto"})
-	name, iface := cfg.Name, "vc-"+cfg.Name
+	name, iface := cfg.Name, names.Tunnel(cfg.Name)
 	ag := agentproc.Agent{Bin: agentBin, HostNS: tp.Host}
 
 	mon := startLinkMonitor(t, tp.Host)

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
@@ -28,7 +29,7 @@ type kernelConfined struct {
 	name string
 }
 
-func (c *kernelConfined) iface() string { return "vc-" + c.name }
+func (c *kernelConfined) iface() string { return names.Tunnel(c.name) }
 
 func startKernelConfined(t *testing.T) *kernelConfined {
 	t.Helper()
@@ -69,7 +70,7 @@ func (c *kernelConfined) freeze(t *testing.T) (thaw func()) {
 
 // tableLoaded reports whether the kill switch table exists in the namespace.
 func (c *kernelConfined) tableLoaded() bool {
-	_, err := nsutil.Output(c.name, "nft", "list", "table", "inet", "vpn-confinement")
+	_, err := nsutil.Output(c.name, "nft", "list", "table", "inet", names.Table)
 	return err == nil
 }
 
@@ -120,7 +121,7 @@ func hijackRoutes(t *testing.T, ns string) (restore func()) {
 			}
 		}
 	}
-	nsIf := "vn-" + ns
+	nsIf := names.NSVeth(ns)
 	if _, err := nsutil.Output(ns, "ip", "route", "replace", "default", "via", topo.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
 		t.Logf("no escape route (the agent may be rebuilding): %v", err)
 	}
@@ -184,7 +185,7 @@ func TestKernelLeakMatrix(t *testing.T) {
 			// Frozen agent: the namespace really is without its table while the probes run;
 			// thawed, the agent must put the table back.
 			thaw := c.freeze(t)
-			c.tp.Exec(t, c.name, "nft", "delete", "table", "inet", "vpn-confinement")
+			c.tp.Exec(t, c.name, "nft", "delete", "table", "inet", names.Table)
 			if c.tableLoaded() {
 				t.Fatalf("kill switch table still loaded after nft delete table")
 			}
@@ -207,7 +208,7 @@ func TestKernelLeakMatrix(t *testing.T) {
 			if st, _, err := c.ag.Status(c.name); err != nil || st["backend"] != "kernel" {
 				t.Fatalf("precondition: status backend %v (%v), want kernel", st["backend"], err)
 			}
-			hostIf := "vh-" + c.name
+			hostIf := names.HostVeth(c.name)
 			up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
 			lan := observe.Start(t, tp.Host, topo.HostLANIf, nil)
 			veth := observe.Start(t, tp.Host, hostIf, nil)

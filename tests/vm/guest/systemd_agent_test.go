@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/lab"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
 
 const (
@@ -84,7 +85,7 @@ func TestAgentUnitConfinesService(t *testing.T) {
 	t.Cleanup(func() { _ = l.Close() })
 
 	name := "vmu" + id
-	agent := "vpn-agent@" + name + ".service"
+	agent := names.AgentUnit(name)
 	if err := os.MkdirAll("/etc/vpn-confinement", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ fi
 	}
 	res := string(b)
 	t.Logf("the confined service saw:\n%s", res)
-	nsResolv, err := os.ReadFile("/etc/netns/" + name + "/resolv.conf")
+	nsResolv, err := os.ReadFile(names.ResolvConf(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ fi
 	if st, _ := runErr("systemctl", "is-active", sleeper); strings.TrimSpace(st) == "active" {
 		t.Errorf("%s still active after %s stopped (BindsTo)", sleeper, agent)
 	}
-	if _, err := os.Stat("/run/netns/" + name); err == nil {
+	if _, err := os.Stat(names.Netns(name)); err == nil {
 		t.Errorf("/run/netns/%s left behind after the agent stopped", name)
 	}
 }

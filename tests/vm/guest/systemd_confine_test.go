@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
@@ -73,7 +74,7 @@ func newSDFixture(t *testing.T) *sdFixture {
 	}
 	id := randID(t)
 	f := &sdFixture{t: t, id: id, name: "vms" + id, dir: "/run/vmtest-vms" + id}
-	f.agent = "vpn-agent@" + f.name + ".service"
+	f.agent = names.AgentUnit(f.name)
 	f.pre = "vmtest-pre-" + f.name + ".service"
 	f.loop = "vmtest-loop-" + f.name + ".service"
 	t.Cleanup(f.cleanup)
@@ -492,7 +493,7 @@ func TestSystemdConfinement(t *testing.T) {
 		if a := active(f.pre); a == "active" {
 			t.Errorf("%s still %s after systemctl stop %s (BindsTo)", f.pre, a, f.agent)
 		}
-		if _, err := os.Stat("/run/netns/" + f.name); err == nil {
+		if _, err := os.Stat(names.Netns(f.name)); err == nil {
 			t.Errorf("/run/netns/%s left after the agent stopped", f.name)
 		}
 	})
@@ -594,7 +595,7 @@ func TestSystemdConfinement(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { orphan.Process.Kill(); orphan.Wait() })
-		oldNS := inode(t, "/run/netns/"+f.name)
+		oldNS := inode(t, names.Netns(f.name))
 		up := f.uplinkCapture(t)
 		agentPid := propInt(t, f.agent, "MainPID")
 		t0 := time.Now()
@@ -623,14 +624,14 @@ func TestSystemdConfinement(t *testing.T) {
 			t.Fatalf("the orphan died")
 		}
 		pns := fmt.Sprintf("/proc/%d/ns/net", orphan.Process.Pid)
-		if inode(t, pns) != oldNS || inode(t, "/run/netns/"+f.name) == oldNS {
+		if inode(t, pns) != oldNS || inode(t, names.Netns(f.name)) == oldNS {
 			t.Errorf("the orphan should be in the old namespace, and the restarted agent in a new one")
 		}
 		links := run(t, "nsenter", "--net="+pns, "ip", "-o", "link", "show")
-		if strings.Contains(links, "vc-"+f.name) {
+		if strings.Contains(links, names.Tunnel(f.name)) {
 			t.Errorf("the old namespace kept the tunnel after the agent's teardown:\n%s", links)
 		}
-		if out, err := runErr("nsenter", "--net="+pns, "nft", "list", "table", "inet", "vpn-confinement"); err != nil {
+		if out, err := runErr("nsenter", "--net="+pns, "nft", "list", "table", "inet", names.Table); err != nil {
 			t.Errorf("the old namespace lost its kill switch: %v\n%s", err, out)
 		}
 		leaks, all := f.stopUplink(t, up)

@@ -1,0 +1,92 @@
+// Package names derives every name and path the agent uses from a
+// namespace's name: interfaces, the namespace's bind mount, its resolver
+// files, runtime state, lock, UAPI socket and nftables tables. Nothing else
+// concatenates them, so a name changes in one place.
+package names
+
+import "path/filepath"
+
+// Fixed directories and table names.
+const (
+	// NetnsDir is where named namespaces are bind-mounted (iproute2's, and
+	// what systemd's NetworkNamespacePath= is given).
+	NetnsDir = "/run/netns"
+	// EtcNetnsDir holds per-namespace resolv.conf/nsswitch.conf (iproute2's).
+	EtcNetnsDir = "/etc/netns"
+	// RuntimeDir holds per-namespace state and locks.
+	RuntimeDir = "/run/vpn-confinement"
+	// UAPIDir is where userspace WireGuard's control sockets live (what wg
+	// and wgctrl look for).
+	UAPIDir = "/var/run/wireguard"
+	// Table is the kill switch's nftables table (family inet) inside the
+	// namespace.
+	Table = "vpn-confinement"
+	// HostTablePrefix starts the host-side table (family inet) of a host link.
+	HostTablePrefix = "vpnc-"
+	// MaxNameLen keeps the derived interface names ("vc-"+name) within
+	// IFNAMSIZ-1 (15) bytes.
+	MaxNameLen = 12
+)
+
+// ResolverFiles are the files in ResolverDir that `vpn-agent exec`, `ip
+// netns exec` and a confined unit see in place of the host's /etc ones.
+var ResolverFiles = []string{"resolv.conf", "nsswitch.conf"}
+
+// Tunnel is the default WireGuard interface of namespace ns.
+func Tunnel(ns string) string { return "vc-" + ns }
+
+// HostVeth is the host side of namespace ns's host link.
+func HostVeth(ns string) string { return "vh-" + ns }
+
+// NSVeth is the namespace side of namespace ns's host link.
+func NSVeth(ns string) string { return "vn-" + ns }
+
+// Netns is the bind mount of namespace ns.
+func Netns(ns string) string { return filepath.Join(NetnsDir, ns) }
+
+// ResolverDir holds namespace ns's resolver files.
+func ResolverDir(ns string) string { return filepath.Join(EtcNetnsDir, ns) }
+
+// ResolvConf is namespace ns's resolv.conf.
+func ResolvConf(ns string) string { return filepath.Join(ResolverDir(ns), "resolv.conf") }
+
+// NSSwitch is namespace ns's nsswitch.conf.
+func NSSwitch(ns string) string { return filepath.Join(ResolverDir(ns), "nsswitch.conf") }
+
+// StateDir is namespace ns's runtime directory.
+func StateDir(ns string) string { return filepath.Join(RuntimeDir, ns) }
+
+// StateFile records what the agent manages for namespace ns.
+func StateFile(ns string) string { return filepath.Join(StateDir(ns), "state.json") }
+
+// AgentLog is the log of the detached agent `up` starts for namespace ns.
+func AgentLog(ns string) string { return filepath.Join(StateDir(ns), "agent.log") }
+
+// Lock is namespace ns's lock file. It sits beside StateDir, not in it, so
+// that removing the directory never races a lock holder.
+func Lock(ns string) string { return filepath.Join(RuntimeDir, ns+".lock") }
+
+// UAPISocket is the userspace control socket of WireGuard interface iface.
+func UAPISocket(iface string) string { return filepath.Join(UAPIDir, iface+".sock") }
+
+// HostTable is the host-side table of namespace ns's host link.
+func HostTable(ns string) string { return HostTablePrefix + ns }
+
+// AgentUnit is the systemd unit of namespace ns's agent on non-NixOS hosts
+// (dist/systemd/vpn-agent@.service).
+func AgentUnit(ns string) string { return "vpn-agent@" + ns + ".service" }
+
+// HostResolverIPC are the host resolver daemons' endpoints that a confined
+// process must not reach, or a lookup is answered on the host, outside the
+// tunnel: nscd (glibc asks it before NSS), systemd-resolved's varlink
+// sockets and the D-Bus system bus (through which resolved is reachable
+// too). Only resolved's sockets, not /run/systemd/resolve: where
+// /etc/resolv.conf is a symlink into it, the namespace's resolv.conf is
+// bound there. `vpn-agent exec` and every generated unit hide this list.
+var HostResolverIPC = []string{
+	"/run/nscd",
+	"/var/run/nscd",
+	"/run/systemd/resolve/io.systemd.Resolve",
+	"/run/systemd/resolve/io.systemd.Resolve.Monitor",
+	"/run/dbus/system_bus_socket",
+}
