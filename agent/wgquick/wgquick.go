@@ -7,6 +7,7 @@ package wgquick
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -21,6 +22,7 @@ type File struct {
 	PrivateKey wgtypes.Key
 	Addresses  []netip.Prefix
 	DNS        []netip.Addr
+	DNSLines   []int    // the line of each DNS entry, for errors found later
 	Search     []string // non-address DNS= entries are search domains, as in wg-quick
 	MTU        int      // 0: unset
 	ListenPort int      // 0: unset
@@ -37,6 +39,10 @@ type Peer struct {
 	Endpoint            string // host:port as written; validated by ParseEndpoint
 	AllowedIPs          []netip.Prefix
 	PersistentKeepalive int
+	// Line is the line of the [Peer] header and AllowedIPsLines the line of
+	// each AllowedIPs entry, for errors found later.
+	Line            int
+	AllowedIPsLines []int
 }
 
 // Error is a parse error with its line and key. Error() is one line.
@@ -125,11 +131,17 @@ func (p *parser) parseLine(raw string) error {
 	if !ok {
 		return p.errf("", "write Key = Value", "line is neither a [Section] nor Key = Value")
 	}
-	key := strings.TrimSpace(k)
 	val := strings.TrimSpace(v)
-	lk := strings.ToLower(key)
+	lk := strings.ToLower(strings.TrimSpace(k))
+	// Errors name a key only by its canonical spelling: what stands left
+	// of '=' may be a mistyped secret ("PrivateKey: <key>="), and nothing
+	// read from this root-only file is echoed.
+	key, known := keyNames[lk]
 	if p.section == "" {
 		return p.errf(key, "put it under [Interface] or [Peer]", "key outside any section")
+	}
+	if !known {
+		return p.errf("", "remove it or fix its spelling; "+sectionKeys[p.section], "unknown key in [%s]", sectionTitle[p.section])
 	}
 	if why, ok := ignored[lk]; ok {
 		p.f.Warnings = append(p.f.Warnings, fmt.Sprintf("line %d: %s ignored: %s", p.line, key, why))
@@ -144,6 +156,24 @@ func (p *parser) parseLine(raw string) error {
 	}
 	return p.peerKey(key, lk, val)
 }
+
+// keyNames maps every key wg-quick knows, lower-cased, to its canonical
+// spelling.
+var keyNames = map[string]string{
+	"privatekey": "PrivateKey", "address": "Address", "dns": "DNS", "mtu": "MTU",
+	"listenport": "ListenPort", "fwmark": "FwMark", "publickey": "PublicKey",
+	"presharedkey": "PresharedKey", "endpoint": "Endpoint", "allowedips": "AllowedIPs",
+	"persistentkeepalive": "PersistentKeepalive", "table": "Table", "preup": "PreUp",
+	"postup": "PostUp", "predown": "PreDown", "postdown": "PostDown", "saveconfig": "SaveConfig",
+}
+
+var (
+	sectionTitle = map[string]string{"interface": "Interface", "peer": "Peer"}
+	sectionKeys  = map[string]string{
+		"interface": "[Interface] takes PrivateKey, Address, DNS, MTU, ListenPort, FwMark",
+		"peer":      "[Peer] takes PublicKey, PresharedKey, Endpoint, AllowedIPs, PersistentKeepalive",
+	}
+)
 
 // repeatable keys accumulate, as in wg-quick.
 var repeatable = map[string]bool{"address": true, "dns": true, "allowedips": true}
@@ -161,9 +191,9 @@ func (p *parser) startSection(line string) error {
 			return err
 		}
 		p.section = "peer"
-		p.peer = &Peer{}
+		p.peer = &Peer{Line: p.line}
 	default:
-		return p.errf("", "use [Interface] or [Peer]", "unknown section %q", truncate(line))
+		return p.errf("", "use [Interface] or [Peer]", "unknown section")
 	}
 	p.seen = map[string]int{}
 	return nil
@@ -187,13 +217,14 @@ func (p *parser) interfaceKey(key, lk, val string) error {
 			f.Addresses = append(f.Addresses, pfx)
 		}
 	case "dns":
-		for _, s := range splitList(val) {
+		for i, s := range splitList(val) {
 			if a, err := netip.ParseAddr(s); err == nil {
 				f.DNS = append(f.DNS, a.Unmap())
-			} else if validDomain(s) {
+				f.DNSLines = append(f.DNSLines, p.line)
+			} else if ValidDomain(s) {
 				f.Search = append(f.Search, s)
 			} else {
-				return p.errf(key, "list resolver addresses (and optionally search domains)", "%q is neither an IP address nor a domain", truncate(s))
+				return p.errf(key, "list resolver addresses (and optionally search domains)", "entry %d is neither an IP address nor a domain", i+1)
 			}
 		}
 	case "mtu":
@@ -212,7 +243,7 @@ func (p *parser) interfaceKey(key, lk, val string) error {
 			return p.errf(key, "use a number (e.g. 0xca6c) or off", "%v", err)
 		}
 	default:
-		return p.errf(key, "remove it; [Interface] takes PrivateKey, Address, DNS, MTU, ListenPort, FwMark", "unknown key in [Interface]")
+		return p.errf(key, "move it to [Peer]; "+sectionKeys["interface"], "not an [Interface] key")
 	}
 	return nil
 }
@@ -238,12 +269,13 @@ func (p *parser) peerKey(key, lk, val string) error {
 		}
 		pr.Endpoint = val
 	case "allowedips":
-		for _, s := range splitList(val) {
+		for i, s := range splitList(val) {
 			pfx, err := netip.ParsePrefix(s)
 			if err != nil {
-				return p.errf(key, "write CIDRs, e.g. 0.0.0.0/0, ::/0", "%q is not a CIDR", truncate(s))
+				return p.errf(key, "write CIDRs, e.g. 0.0.0.0/0, ::/0", "entry %d is not a CIDR", i+1)
 			}
 			pr.AllowedIPs = append(pr.AllowedIPs, pfx.Masked())
+			pr.AllowedIPsLines = append(pr.AllowedIPsLines, p.line)
 		}
 	case "persistentkeepalive":
 		if strings.EqualFold(val, "off") {
@@ -255,7 +287,7 @@ func (p *parser) peerKey(key, lk, val string) error {
 			return p.errf(key, "use seconds (e.g. 25) or off", "%v", err)
 		}
 	default:
-		return p.errf(key, "remove it; [Peer] takes PublicKey, PresharedKey, Endpoint, AllowedIPs, PersistentKeepalive", "unknown key in [Peer]")
+		return p.errf(key, "move it to [Interface]; "+sectionKeys["peer"], "not a [Peer] key")
 	}
 	return nil
 }
@@ -317,17 +349,17 @@ func ParseAddress(s string) (netip.Prefix, error) {
 	if !strings.Contains(s, "/") {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("%q is not an address", truncate(s))
+			return netip.Prefix{}, errors.New("not an address")
 		}
 		a = a.Unmap()
 		return netip.PrefixFrom(a, a.BitLen()), nil
 	}
 	pfx, err := netip.ParsePrefix(s)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR", truncate(s))
+		return netip.Prefix{}, errors.New("not a CIDR")
 	}
 	if a := pfx.Addr(); a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
-		return netip.Prefix{}, fmt.Errorf("%q is not a usable interface address", s)
+		return netip.Prefix{}, errors.New("not a usable interface address (unspecified, multicast or loopback)")
 	}
 	return pfx, nil
 }
@@ -339,32 +371,32 @@ func ParseEndpoint(s string) (host string, port int, err error) {
 		return "", 0, fmt.Errorf("empty endpoint")
 	}
 	if strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") {
-		return "", 0, fmt.Errorf("IPv6 endpoint %q needs brackets", truncate(s))
+		return "", 0, errors.New("an IPv6 endpoint needs brackets")
 	}
 	i := strings.LastIndexByte(s, ':')
 	if i < 0 {
-		return "", 0, fmt.Errorf("endpoint %q has no port", truncate(s))
+		return "", 0, errors.New("endpoint has no port")
 	}
 	host, ps := s[:i], s[i+1:]
 	if strings.HasPrefix(host, "[") {
 		if !strings.HasSuffix(host, "]") {
-			return "", 0, fmt.Errorf("endpoint %q has an unclosed bracket", truncate(s))
+			return "", 0, errors.New("endpoint has an unclosed bracket")
 		}
 		host = host[1 : len(host)-1]
 		a, err := netip.ParseAddr(host)
 		if err != nil || !a.Is6() {
-			return "", 0, fmt.Errorf("endpoint %q: %q in brackets is not an IPv6 address", truncate(s), truncate(host))
+			return "", 0, errors.New("endpoint: the address in brackets is not an IPv6 address")
 		}
 	}
 	port, err = parseInt(ps, 1, 65535)
 	if err != nil {
-		return "", 0, fmt.Errorf("endpoint %q: port %v", truncate(s), err)
+		return "", 0, fmt.Errorf("endpoint port: %v", err)
 	}
 	if host == "" {
-		return "", 0, fmt.Errorf("endpoint %q has no host", truncate(s))
+		return "", 0, errors.New("endpoint has no host")
 	}
-	if _, err := netip.ParseAddr(host); err != nil && !validDomain(host) {
-		return "", 0, fmt.Errorf("endpoint host %q is neither an IP address nor a host name", truncate(host))
+	if _, err := netip.ParseAddr(host); err != nil && !ValidDomain(host) {
+		return "", 0, errors.New("endpoint host is neither an IP address nor a host name")
 	}
 	return host, port, nil
 }
@@ -372,7 +404,7 @@ func ParseEndpoint(s string) (host string, port int, err error) {
 func parseInt(s string, lo, hi int) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a number", truncate(s))
+		return 0, errors.New("not a number")
 	}
 	if n < lo || n > hi {
 		return 0, fmt.Errorf("%d is out of range %d–%d", n, lo, hi)
@@ -386,7 +418,7 @@ func parseFwMark(s string) (int, error) {
 	}
 	n, err := strconv.ParseUint(s, 0, 32)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a 32-bit number", truncate(s))
+		return 0, errors.New("not a 32-bit number")
 	}
 	return int(n), nil
 }
@@ -401,7 +433,9 @@ func splitList(v string) []string {
 	return out
 }
 
-func validDomain(s string) bool {
+// ValidDomain reports whether s is a DNS name (letters, digits, - and _,
+// at most 63 per label and 253 in all; one trailing dot allowed).
+func ValidDomain(s string) bool {
 	if len(s) == 0 || len(s) > 253 {
 		return false
 	}
@@ -420,14 +454,3 @@ func validDomain(s string) bool {
 
 // keyLike matches base64 WireGuard keys (32 bytes: 43 characters and '=').
 var keyLike = regexp.MustCompile(`[A-Za-z0-9+/]{40,}={0,2}`)
-
-// truncate keeps echoed input short and free of key material in one-line
-// errors: anything shaped like a key is redacted.
-func truncate(s string) string {
-	s = keyLike.ReplaceAllString(s, "<redacted>")
-	const max = 48
-	if len(s) > max {
-		s = s[:max] + "…"
-	}
-	return s
-}
