@@ -1,9 +1,3 @@
-// Package config holds the agent's configuration: the JSON file that users
-// (or the NixOS module, through pkgs.formats.json) write, and the resolved,
-// validated Spec that every other package consumes.
-//
-// Loading is strict: unknown fields are errors, and every error names the
-// field and the fix in one line.
 package config
 
 import (
@@ -12,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 )
 
@@ -48,21 +41,38 @@ type WireGuard struct {
 	// key). Its PostUp-style hooks are never run.
 	ConfigFile string `json:"configFile,omitempty"`
 	// PrivateKeyFile holds the base64 private key (mode 0600 or stricter).
-	PrivateKeyFile string   `json:"privateKeyFile,omitempty"`
-	Addresses      []string `json:"addresses,omitempty"`
-	MTU            int      `json:"mtu,omitempty"`
-	ListenPort     int      `json:"listenPort,omitempty"`
-	FwMark         int      `json:"fwMark,omitempty"`
-	Peers          []Peer   `json:"peers,omitempty"`
+	PrivateKeyFile string `json:"privateKeyFile,omitempty"`
+	// Addresses are the tunnel's own addresses as CIDRs, e.g.
+	// "10.2.0.2/32" (overrides the file's Address =).
+	Addresses []string `json:"addresses,omitempty"`
+	// MTU of the tunnel interface, 576–9000 (default 1420; at least 1280
+	// when IPv6 is tunnelled).
+	MTU int `json:"mtu,omitempty"`
+	// ListenPort is WireGuard's UDP port on the host (default: random).
+	ListenPort int `json:"listenPort,omitempty"`
+	// FwMark marks WireGuard's own UDP packets on the host (default: none).
+	FwMark int `json:"fwMark,omitempty"`
+	// Peers override the file's [Peer] sections. Together their allowedIPs
+	// must cover 0.0.0.0/0 (and ::/0 when IPv6 is tunnelled): split
+	// tunnels are refused, since a destination no peer takes would leave
+	// the namespace some other way or not at all.
+	Peers []Peer `json:"peers,omitempty"`
 }
 
 // Peer is one WireGuard peer.
 type Peer struct {
-	PublicKey           string   `json:"publicKey"`
-	PresharedKeyFile    string   `json:"presharedKeyFile,omitempty"`
-	Endpoint            string   `json:"endpoint"`
-	AllowedIPs          []string `json:"allowedIPs"`
-	PersistentKeepalive int      `json:"persistentKeepalive,omitempty"`
+	// PublicKey is the server's base64 public key; each peer has its own.
+	PublicKey string `json:"publicKey"`
+	// PresharedKeyFile holds an optional base64 preshared key (a secret:
+	// mode 0600, owned by root).
+	PresharedKeyFile string `json:"presharedKeyFile,omitempty"`
+	// Endpoint is the server as host:port; a host name is resolved in the
+	// host namespace, never through the tunnel.
+	Endpoint string `json:"endpoint"`
+	// AllowedIPs are the CIDRs this peer carries, e.g. ["0.0.0.0/0", "::/0"].
+	AllowedIPs []string `json:"allowedIPs"`
+	// PersistentKeepalive sends a keepalive every this many seconds (0: off).
+	PersistentKeepalive int `json:"persistentKeepalive,omitempty"`
 }
 
 // DNS controls name resolution inside the namespace.
@@ -73,32 +83,46 @@ type DNS struct {
 	Mode string `json:"mode,omitempty"`
 	// Servers override the wg-quick file's DNS= addresses.
 	Servers []string `json:"servers,omitempty"`
-	// Search domains for resolv.conf.
+	// Search domains for resolv.conf (at most 6 domain names); they
+	// override the file's non-address DNS = entries.
 	Search []string `json:"search,omitempty"`
 }
 
 // Port is a port opened on the tunnel for inbound connections.
 type Port struct {
-	Port     int    `json:"port"`
-	Protocol string `json:"protocol,omitempty"` // tcp (default), udp, both
+	// Port is the port number, 1–65535.
+	Port int `json:"port"`
+	// Protocol is "tcp" (default), "udp" or "both".
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // HostLink is a veth pair between the host and the namespace. It only ever
 // carries inbound connections to mapped ports and their replies.
 type HostLink struct {
+	// Enable creates the veth pair (vh-NAME on the host, vn-NAME inside).
 	Enable bool `json:"enable,omitempty"`
-	// HostAddress and NamespaceAddress are CIDRs in one small subnet, e.g.
-	// "10.200.1.1/30" and "10.200.1.2/30".
-	HostAddress      string        `json:"hostAddress,omitempty"`
-	NamespaceAddress string        `json:"namespaceAddress,omitempty"`
-	AccessibleFrom   []string      `json:"accessibleFrom,omitempty"`
-	PortMappings     []PortMapping `json:"portMappings,omitempty"`
+	// HostAddress is the host side's CIDR in one small private subnet,
+	// e.g. "10.200.1.1/30". Loopback, link-local, multicast, network and
+	// broadcast addresses are refused, and so is a subnet the host already
+	// uses on another interface.
+	HostAddress string `json:"hostAddress,omitempty"`
+	// NamespaceAddress is the namespace side's CIDR in the same subnet,
+	// e.g. "10.200.1.2/30".
+	NamespaceAddress string `json:"namespaceAddress,omitempty"`
+	// AccessibleFrom lists the IPv4 CIDRs (your LAN) allowed to reach the
+	// mapped ports; never 0.0.0.0/0, never the tunnel's or DNS addresses.
+	AccessibleFrom []string `json:"accessibleFrom,omitempty"`
+	// PortMappings forward host ports to namespace ports.
+	PortMappings []PortMapping `json:"portMappings,omitempty"`
 }
 
 // PortMapping forwards a host port to a namespace port.
 type PortMapping struct {
-	From     int    `json:"from"` // host port
-	To       int    `json:"to"`   // namespace port
+	// From is the host port.
+	From int `json:"from"`
+	// To is the namespace port.
+	To int `json:"to"`
+	// Protocol is "tcp" (default), "udp" or "both".
 	Protocol string `json:"protocol,omitempty"`
 }
 
@@ -126,20 +150,16 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// maxConfigSize bounds what Load reads: a config is a few KiB.
-const maxConfigSize = 1 << 20
-
 // Load reads and decodes a JSON config file strictly. It does not validate
-// semantics; call Resolve for that.
-func Load(path string) (*Config, error) {
-	f, err := os.Open(path)
+// semantics; call Resolve for that. The file must be root's (or the
+// agent user's) and not writable by others: it names the files the agent
+// reads as root.
+func Load(path string) (*Config, error) { return load(path, configRule) }
+
+func load(path string, r fileRule) (*Config, error) {
+	data, err := readTrusted(path, r)
 	if err != nil {
-		return nil, fieldErr("--config", "pass the path of an existing JSON config", "cannot open: %v", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
-	if err != nil {
-		return nil, fieldErr("--config", "", "read %s: %v", path, err)
+		return nil, err
 	}
 	return Parse(data)
 }
@@ -147,8 +167,8 @@ func Load(path string) (*Config, error) {
 // Parse decodes a JSON config strictly: unknown fields, trailing data and
 // type mismatches are errors naming the field.
 func Parse(data []byte) (*Config, error) {
-	if len(data) > maxConfigSize {
-		return nil, fieldErr("config", "a config is a few KiB; check the path", "file is larger than %d bytes", maxConfigSize)
+	if len(data) > maxFileSize {
+		return nil, fieldErr("config", "a config is a few KiB; check the path", "file is larger than %d bytes", maxFileSize)
 	}
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	dec := json.NewDecoder(bytes.NewReader(data))

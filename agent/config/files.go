@@ -1,0 +1,143 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// maxFileSize bounds every file the agent reads: a config or a wg-quick
+// file is a few KiB.
+const maxFileSize = 1 << 20
+
+// fileRule says what a file the agent reads must satisfy besides being a
+// regular file owned by root (or the agent's own user).
+type fileRule struct {
+	field   string      // the field naming the file, for errors
+	deny    os.FileMode // permission bits that must be clear
+	what    string      // "readable or writable" / "writable", for errors
+	anyUser bool        // owner not checked: build-time validation, which runs unprivileged and changes nothing
+}
+
+var (
+	secretRule = func(field string) fileRule { return fileRule{field: field, deny: 0o077, what: "readable or writable"} }
+	configRule = fileRule{field: "--config", deny: 0o022, what: "writable"}
+)
+
+// readTrusted reads path for the agent, which runs as root: a file someone
+// else could have written or swapped would hand them the tunnel. Every
+// symbolic link on the way must belong to root (or the agent's user), as
+// sops-nix's and agenix's do; the file is then opened without following a
+// link, and its owner, mode, type and size are checked on the open
+// descriptor, not on the path. Errors name the path, never the content.
+func readTrusted(path string, r fileRule) ([]byte, error) {
+	real, err := resolveTrusted(path, r)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fieldErr(r.field, "create the file or fix the path", "cannot open %s: %v", path, unwrapPathErr(err))
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fieldErr(r.field, "", "stat %s: %v", path, unwrapPathErr(err))
+	}
+	if st.IsDir() {
+		return nil, fieldErr(r.field, "give the path of a file, not a directory", "%s is a directory", path)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fieldErr(r.field, "point at a regular file", "%s is not a regular file", path)
+	}
+	if err := r.checkOwner(path, st, "file"); err != nil {
+		return nil, err
+	}
+	if perm := st.Mode().Perm(); perm&r.deny != 0 {
+		return nil, fieldErr(r.field, fmt.Sprintf("run chmod %s %s", fixMode(perm, r.deny), path), "%s is %s by group or others (mode %04o)", path, r.what, perm)
+	}
+	if st.Size() > maxFileSize {
+		return nil, fieldErr(r.field, "check the path: this is no config or wg-quick file", "%s is larger than 1 MiB", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fieldErr(r.field, "make it readable by the agent (root)", "cannot read %s: %v", path, unwrapPathErr(err))
+	}
+	if len(data) > maxFileSize {
+		return nil, fieldErr(r.field, "check the path: this is no config or wg-quick file", "%s is larger than 1 MiB", path)
+	}
+	return data, nil
+}
+
+// resolveTrusted follows path's symbolic links one component at a time
+// and refuses a link that is not root's (or the agent user's).
+func resolveTrusted(path string, r fileRule) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fieldErr(r.field, "", "%s: %v", path, err)
+	}
+	rest := strings.Split(strings.TrimPrefix(filepath.Clean(abs), "/"), "/")
+	done := "/"
+	for hops := 0; len(rest) > 0; {
+		next := filepath.Join(done, rest[0])
+		rest = rest[1:]
+		st, err := os.Lstat(next)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return "", fieldErr(r.field, "create the file or fix the path", "%s does not exist", path)
+			}
+			return "", fieldErr(r.field, "make it readable by the agent (root)", "cannot read %s: %v", path, unwrapPathErr(err))
+		}
+		if st.Mode()&os.ModeSymlink == 0 {
+			done = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", fieldErr(r.field, "fix the symbolic links", "%s: too many levels of symbolic links", path)
+		}
+		if err := r.checkOwner(next, st, "symbolic link"); err != nil {
+			return "", err
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", fieldErr(r.field, "", "read link %s: %v", next, unwrapPathErr(err))
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(done, target)
+		}
+		t := strings.Split(strings.TrimPrefix(filepath.Clean(target), "/"), "/")
+		rest, done = append(t, rest...), "/"
+	}
+	return done, nil
+}
+
+// checkOwner requires root, or the user the agent runs as, as owner.
+func (r fileRule) checkOwner(path string, st os.FileInfo, what string) error {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || r.anyUser {
+		return nil
+	}
+	if uid := int(sys.Uid); uid != 0 && uid != os.Geteuid() {
+		return fieldErr(r.field, fmt.Sprintf("run chown root %s (only root may control what the agent reads)", path), "%s %s is owned by uid %d, not root", what, path, uid)
+	}
+	return nil
+}
+
+// fixMode is perm without the denied bits, as chmod wants it.
+func fixMode(perm, deny os.FileMode) string { return fmt.Sprintf("%o", perm&^deny) }
+
+// readSecret reads a secret file (a wg-quick file or a key); its content
+// is never logged or echoed.
+func readSecret(field, path string) ([]byte, error) { return readTrusted(path, secretRule(field)) }
+
+func unwrapPathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
