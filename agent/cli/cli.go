@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
 )
 
@@ -138,7 +139,7 @@ func loadSpec(path string, static bool) (*config.Spec, error) {
 	if path == "" {
 		return nil, &config.FieldError{Field: "--config", Msg: "missing", Fix: "pass --config /etc/vpn-confinement/NAME.json"}
 	}
-	return config.LoadSpec(path, config.Options{Static: static})
+	return config.LoadSpec(path, config.Options{Static: static, HostPrefixes: netns.Prefixes})
 }
 
 // nameArg returns the single NAME positional argument.

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -19,14 +18,22 @@ type Options struct {
 	// Static skips reading referenced files (wg-quick file, key files). It
 	// is for build-time validation, where runtime secrets do not exist.
 	Static bool
+	// HostPrefixes, when set and not Static, lists the host's addresses by
+	// interface, so that a host-link subnet overlapping one is refused.
+	HostPrefixes func() (map[string][]netip.Prefix, error)
 }
+
+// maxSearch is glibc's historical limit of search domains (MAXDNSRCH).
+const maxSearch = 6
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,11}$`)
 var ifnameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
 
 // LoadSpec loads and resolves a config file in one step.
 func LoadSpec(path string, opts Options) (*Spec, error) {
-	c, err := Load(path)
+	r := configRule
+	r.anyUser = opts.Static
+	c, err := load(path, r)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +62,15 @@ func Resolve(c *Config, opts Options) (*Spec, error) {
 	if err := resolveHostLink(c, s); err != nil {
 		return nil, err
 	}
-	return s, checkOverlaps(s)
+	if err := checkOverlaps(s); err != nil {
+		return nil, err
+	}
+	if !opts.Static {
+		if err := checkHostPrefixes(s, opts); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // ValidateName checks a namespace name as used on the command line too.
@@ -128,6 +143,7 @@ func resolveWireGuard(c *Config, s *Spec, opts Options) error {
 		s.PrivateKey, s.Addresses, s.MTU = f.PrivateKey, f.Addresses, f.MTU
 		s.ListenPort, s.FwMark = f.ListenPort, f.FwMark
 		s.DNS, s.DNSSearch = f.DNS, f.Search
+		s.fromFile = &fileOrigin{path: w.ConfigFile, file: f, dns: len(c.DNS.Servers) == 0, peers: len(w.Peers) == 0}
 		for _, p := range f.Peers {
 			s.Peers = append(s.Peers, PeerSpec{
 				PublicKey: p.PublicKey, PresharedKey: p.PresharedKey, Endpoint: p.Endpoint,
@@ -249,27 +265,32 @@ func resolvePeer(field string, p Peer, opts Options) (PeerSpec, error) {
 // silent black hole rather than a working confinement.
 func checkPeers(s *Spec, ipv6 string) error {
 	seen := map[netip.Prefix]int{}
+	keys := map[wgtypes.Key]int{}
 	var all []netip.Prefix
 	for i, p := range s.Peers {
+		if j, dup := keys[p.PublicKey]; dup {
+			return s.peerErr(i, -1, "publicKey", "give each peer its own key, or merge the two peers", "is the same public key as %s", s.peerName(j))
+		}
+		keys[p.PublicKey] = i
 		if p.Endpoint == "" {
-			return fieldErr(fmt.Sprintf("wireguard.peers[%d].endpoint", i), "set the provider's server as host:port", "missing")
+			return s.peerErr(i, -1, "endpoint", "set the provider's server as host:port", "missing")
 		}
 		if len(p.AllowedIPs) == 0 {
-			return fieldErr(fmt.Sprintf("wireguard.peers[%d].allowedIPs", i), "use 0.0.0.0/0, ::/0 to send everything through the tunnel", "missing")
+			return s.peerErr(i, -1, "allowedIPs", "use 0.0.0.0/0, ::/0 to send everything through the tunnel", "missing")
 		}
-		for _, a := range p.AllowedIPs {
+		for k, a := range p.AllowedIPs {
 			if j, dup := seen[a]; dup {
-				return fieldErr(fmt.Sprintf("wireguard.peers[%d].allowedIPs", i), "give each prefix to one peer only", "%s is also allowed for peer %d", a, j)
+				return s.peerErr(i, k, "allowedIPs", "give each prefix to one peer only", "%s is also allowed for %s", a, s.peerName(j))
 			}
 			seen[a] = i
 			all = append(all, a)
 		}
 	}
 	if !covers(all, false) {
-		return fieldErr("wireguard.peers[].allowedIPs", "include 0.0.0.0/0 (the namespace routes everything through the tunnel)", "the peers' allowedIPs do not cover the IPv4 default route")
+		return s.peersErr("include 0.0.0.0/0 (the namespace routes everything through the tunnel; split tunnels are refused)", "the peers' allowedIPs do not cover the IPv4 default route")
 	}
 	if ipv6 == "tunnel" && !covers(all, true) {
-		return fieldErr("wireguard.peers[].allowedIPs", `include ::/0, or set "ipv6": "block"`, "IPv6 is tunnelled but the peers' allowedIPs do not cover ::/0")
+		return s.peersErr(`include ::/0, or set "ipv6": "block"`, "IPv6 is tunnelled but the peers' allowedIPs do not cover ::/0")
 	}
 	return nil
 }
@@ -316,14 +337,26 @@ func resolveDNS(c *Config, s *Spec) error {
 		}
 	}
 	if len(c.DNS.Search) > 0 {
-		s.DNSSearch = c.DNS.Search
+		s.DNSSearch = nil
+		for i, d := range c.DNS.Search {
+			if !wgquick.ValidDomain(d) {
+				return fieldErr(fmt.Sprintf("dns.search[%d]", i), "write a domain name such as corp.example (letters, digits, '-', '_' and dots)", "%q is not a domain name", d)
+			}
+			s.DNSSearch = append(s.DNSSearch, strings.TrimSuffix(d, "."))
+		}
+	}
+	if n := len(s.DNSSearch); n > maxSearch {
+		if len(c.DNS.Search) == 0 && s.fromFile != nil {
+			return fieldErr("wireguard.configFile", "keep at most 6 search domains in DNS =, or set dns.search", "%s: DNS: %d search domains given", s.fromFile.path, n)
+		}
+		return fieldErr("dns.search", fmt.Sprintf("keep at most %d (glibc's resolv.conf limit)", maxSearch), "%d search domains given", n)
 	}
 	for i, a := range s.DNS {
-		if a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() {
-			return fieldErr(fmt.Sprintf("dns.servers[%d]", i), "use your provider's resolver inside the tunnel", "%s cannot be reached through the tunnel", a)
+		if a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || a.IsLinkLocalUnicast() {
+			return s.dnsErr(i, "use your provider's resolver inside the tunnel", "%s cannot be reached through the tunnel", a)
 		}
 		if a.Is6() && !s.IPv6 {
-			return fieldErr(fmt.Sprintf("dns.servers[%d]", i), `remove it, or tunnel IPv6 ("ipv6": "tunnel")`, "%s is IPv6 but IPv6 is blocked", a)
+			return s.dnsErr(i, `remove it, or tunnel IPv6 ("ipv6": "tunnel")`, "%s is IPv6 but IPv6 is blocked", a)
 		}
 	}
 	if len(s.DNS) > 3 {
@@ -458,7 +491,52 @@ func hostLinkAddr(field, a string) (netip.Prefix, error) {
 	if p.Addr() == p.Masked().Addr() {
 		return netip.Prefix{}, fieldErr(field, "use a host address inside the subnet, not the network address", "%s is the network address", p)
 	}
+	if p.Addr() == lastAddr(p) {
+		return netip.Prefix{}, fieldErr(field, "use a host address inside the subnet, not the broadcast address", "%s is the broadcast address", p)
+	}
+	for _, r := range reservedV4 {
+		if p.Overlaps(r.pfx) {
+			return netip.Prefix{}, fieldErr(field, "use a private subnet such as 10.200.1.0/30", "%s overlaps %s (%s)", p, r.pfx, r.what)
+		}
+	}
 	return p, nil
+}
+
+// reservedV4 are ranges a host-link subnet must stay out of: the kernel
+// or the LAN gives them another meaning.
+var reservedV4 = []struct {
+	pfx  netip.Prefix
+	what string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), `"this network"`},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"},
+	{netip.MustParsePrefix("224.0.0.0/3"), "multicast and reserved"},
+}
+
+// checkHostPrefixes rejects a host-link subnet that overlaps an address
+// the host already has on another interface (its uplink, a LAN bridge, a
+// docker bridge): routing to that network would be captured by the veth.
+func checkHostPrefixes(s *Spec, opts Options) error {
+	if s.HostLink == nil || opts.HostPrefixes == nil {
+		return nil
+	}
+	have, err := opts.HostPrefixes()
+	if err != nil {
+		return fmt.Errorf("list the host's addresses: %w", err)
+	}
+	link := s.HostLink.HostAddr.Masked()
+	for ifname, ps := range have {
+		if ifname == s.HostLink.HostIf {
+			continue // our own veth, when the namespace is up already
+		}
+		for _, p := range ps {
+			if p.Addr().Is4() && p.Overlaps(link) {
+				return fieldErr("hostLink.hostAddress", "pick a subnet the host does not use, e.g. 10.200.1.0/30", "subnet %s overlaps %s on the host's interface %s", link, p.Masked(), ifname)
+			}
+		}
+	}
+	return nil
 }
 
 // checkOverlaps rejects subnets that would make routing ambiguous.
@@ -581,26 +659,6 @@ func checkSecretPath(field, path string) error {
 	return nil
 }
 
-// readSecret reads a secret file, refusing ones that group or others can
-// read or write. Its content is never logged.
-func readSecret(field, path string) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fieldErr(field, "create the file or fix the path", "cannot read %s: %v", path, unwrapPathErr(err))
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fieldErr(field, "point at a regular file", "%s is not a regular file", path)
-	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fieldErr(field, fmt.Sprintf("run chmod 600 %s", path), "%s is readable or writable by group or others (mode %04o)", path, perm)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fieldErr(field, "make it readable by the agent (root)", "cannot read %s: %v", path, unwrapPathErr(err))
-	}
-	return data, nil
-}
-
 func readKeyFile(field, path string) (k wgtypes.Key, err error) {
 	data, err := readSecret(field, path)
 	if err != nil {
@@ -611,11 +669,4 @@ func readKeyFile(field, path string) (k wgtypes.Key, err error) {
 		return k, fieldErr(field, "the file must hold one base64 key, as written by wg genkey", "%s: %v", path, err)
 	}
 	return key, nil
-}
-
-func unwrapPathErr(err error) error {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Err
-	}
-	return err
 }

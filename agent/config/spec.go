@@ -57,6 +57,10 @@ type Spec struct {
 	// (build-time validation); such a Spec cannot be brought up.
 	KeysLoaded bool
 
+	// fromFile records which values came from the wg-quick file, so that
+	// errors found later name its line rather than a JSON field.
+	fromFile *fileOrigin
+
 	// contentUnknown: static resolution of a wg-quick config, whose
 	// addresses, peers and DNS are not known until run time.
 	contentUnknown bool

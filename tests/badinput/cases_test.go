@@ -31,13 +31,13 @@ var wgQuickCases = []fileCase{
 	{"crlf with truncated key", "PrivateKey", 0o600, func(k keys, s string) string {
 		return strings.ReplaceAll(strings.Replace(s, k.priv, k.priv[:20], 1), "\n", "\r\n")
 	}},
-	{"bom with unknown key", "Colour", 0o600, func(_ keys, s string) string {
+	{"bom with unknown key", "line 4: unknown key in [Interface]", 0o600, func(_ keys, s string) string {
 		return "\xef\xbb\xbf" + strings.Replace(s, "DNS", "Colour = blue\nDNS", 1)
 	}},
 	{"duplicate interface section", "duplicate [Interface]", 0o600, func(_ keys, s string) string { return s + "[Interface]\nAddress = 10.3.0.2/32\n" }},
 	{"duplicate peer section", "repeats the public key", 0o600, func(_ keys, s string) string { return s + s[strings.Index(s, "[Peer]"):] }},
-	{"unknown interface key", "Foo", 0o600, rep("DNS", "Foo = 1\nDNS")},
-	{"unknown peer key", "Bar", 0o600, func(_ keys, s string) string { return s + "Bar = 2\n" }},
+	{"unknown interface key", "unknown key in [Interface]", 0o600, rep("DNS", "Foo = 1\nDNS")},
+	{"unknown peer key", "unknown key in [Peer]", 0o600, func(_ keys, s string) string { return s + "Bar = 2\n" }},
 	{"ipv6 endpoint without brackets", "needs brackets", 0o600, rep("192.0.2.1:51820", "2001:db8::1:51820")},
 	{"endpoint without port", "no port", 0o600, rep("192.0.2.1:51820", "192.0.2.1")},
 	{"endpoint bad port", "out of range", 0o600, rep(":51820", ":99999")},
@@ -57,6 +57,11 @@ var wgQuickCases = []fileCase{
 	{"wg-quick file mode 0644", "chmod 600", 0o644, func(_ keys, s string) string { return s }},
 	{"wg-quick file mode 0640", "chmod 600", 0o640, func(_ keys, s string) string { return s }},
 	{"empty file", "no [Interface]", 0o600, func(_ keys, s string) string { return "" }},
+	// Issue 12: values from the file are reported by its line, and nothing
+	// read from it is echoed (a key typed with ':' is not a key name).
+	{"dns on loopback names the file line", "line 4: DNS: 127.0.0.53 cannot be reached", 0o600, rep("DNS = 10.2.0.1", "DNS = 127.0.0.53")},
+	{"key typed with a colon", "line 2: unknown key in [Interface]", 0o600, rep("PrivateKey = ", "PrivateKey: ")},
+	{"too many search domains", "7 search domains", 0o600, rep("DNS = 10.2.0.1", "DNS = 10.2.0.1, a.t, b.t, c.t, d.t, e.t, f.t, g.t")},
 }
 
 type jsonCase struct {
@@ -110,6 +115,33 @@ var jsonCases = []jsonCase{
 	{"ipv6 tunnel without v6 address", "ipv6", func(m map[string]any, _ string, _ keys) { m["ipv6"] = "tunnel" }},
 	{"mtu out of range", "wireguard.mtu", func(m map[string]any, _ string, _ keys) { m["wireguard"].(map[string]any)["mtu"] = 100 }},
 	{"wrong json type", "name", func(m map[string]any, _ string, _ keys) { m["name"] = 42 }},
+	// Issue 12.
+	{"search domain smuggling a nameserver", "dns.search[0]", func(m map[string]any, _ string, _ keys) {
+		m["dns"] = map[string]any{"search": []any{"corp.test\nnameserver 198.18.77.2"}}
+	}},
+	{"wg-quick file owned by nobody", "owned by uid 65534", func(m map[string]any, dir string, _ keys) {
+		os.Chown(filepath.Join(dir, "wg.conf"), 65534, 65534)
+	}},
+	{"wg-quick file through a link nobody owns", "symbolic link", func(m map[string]any, dir string, _ keys) {
+		link := filepath.Join(dir, "evil.conf")
+		os.Symlink(filepath.Join(dir, "wg.conf"), link)
+		os.Lchown(link, 65534, 65534)
+		m["wireguard"] = map[string]any{"configFile": link}
+	}},
+	{"host link on loopback", "hostLink.hostAddress", func(m map[string]any, _ string, _ keys) {
+		m["hostLink"] = map[string]any{"enable": true, "hostAddress": "127.0.10.1/30", "namespaceAddress": "127.0.10.2/30"}
+	}},
+	{"host link on link-local", "hostLink.hostAddress", func(m map[string]any, _ string, _ keys) {
+		m["hostLink"] = map[string]any{"enable": true, "hostAddress": "169.254.7.1/30", "namespaceAddress": "169.254.7.2/30"}
+	}},
+	{"host link broadcast address", "hostLink.namespaceAddress", func(m map[string]any, _ string, _ keys) {
+		m["hostLink"] = map[string]any{"enable": true, "hostAddress": "10.200.0.1/30", "namespaceAddress": "10.200.0.3/30"}
+	}},
+	{"duplicate peer key", "wireguard.peers[1].publicKey", func(m map[string]any, _ string, k keys) {
+		p := map[string]any{"publicKey": k.pub, "endpoint": "192.0.2.1:51820", "allowedIPs": []any{"0.0.0.0/0"}}
+		q := map[string]any{"publicKey": k.pub, "endpoint": "192.0.2.2:51820", "allowedIPs": []any{"::/0"}}
+		m["wireguard"].(map[string]any)["peers"] = []any{p, q}
+	}},
 }
 
 // TestBadInput runs every case through validate, up and run.
