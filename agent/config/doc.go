@@ -1,0 +1,53 @@
+// Package config holds the agent's configuration: the JSON file that users
+// (or the NixOS module, through pkgs.formats.json) write, and the resolved,
+// validated Spec that every other package consumes.
+//
+// The rest of this comment, with the fields' own comments, is the user's
+// reference docs/config.md (go generate ./agent/config).
+//
+// # Files
+//
+// A config is one JSON object. Loading is strict: unknown fields are
+// errors, and every error is one line naming the field (or the wg-quick
+// file and its line) and the fix, with exit code 2 and no change to the
+// system. `vpn-agent validate --config FILE` checks a config and changes
+// nothing.
+//
+// The agent runs as root and reads only files root controls: the config
+// must be owned by root (or the user the agent runs as) and not writable
+// by group or others; a secret file (wireguard.configFile,
+// wireguard.privateKeyFile, a presharedKeyFile) must also be unreadable by
+// group and others (chmod 600). Every symbolic link on the way to a file
+// must be root's too (sops-nix's and agenix's are), files are at most
+// 1 MiB, and an error never echoes what a secret file contains.
+//
+// # Split tunnels are refused
+//
+// The namespace's only route is the tunnel, so the peers' allowedIPs must
+// together cover 0.0.0.0/0, and ::/0 when IPv6 is tunnelled. A provider
+// file with a narrower AllowedIPs is refused with its line named: a
+// destination no peer takes would have no way out.
+//
+// # The detached agent's log
+//
+// With the userspace backend `vpn-agent up` starts a detached `vpn-agent
+// run` (the data plane lives in a process) and waits for it to be ready.
+// That agent logs to /run/vpn-confinement/NAME/agent.log, removed by
+// `vpn-agent down NAME`. Under systemd the agent logs to the journal.
+//
+// # What vpn-agent exec isolates
+//
+// `vpn-agent exec NAME -- CMD` runs CMD in the namespace's network
+// namespace, in a private mount namespace in which the namespace's
+// resolv.conf and nsswitch.conf replace the host's and the host
+// resolver's sockets (nscd, systemd-resolved, the D-Bus system bus) are
+// hidden, so names are resolved only through the tunnel. It does not
+// isolate anything else: CMD runs as the calling user (root, with all
+// capabilities, when called as root) and sees the host's files and
+// processes. Root in the namespace with CAP_SYS_ADMIN can enter another
+// network namespace; run untrusted programs as an unprivileged user.
+//
+// # Fields
+package config
+
+//go:generate go run ./internal/docgen -o ../../docs/config.md
