@@ -90,3 +90,8 @@ var HostResolverIPC = []string{
 	"/run/systemd/resolve/io.systemd.Resolve.Monitor",
 	"/run/dbus/system_bus_socket",
 }
+
+// Hidden lists every host path a confined process must not reach: the
+// host resolver's IPC, and userspace WireGuard's control sockets (the
+// agent also refuses their use from a confined namespace).
+func Hidden() []string { return append(append([]string(nil), HostResolverIPC...), UAPIDir) }

@@ -63,10 +63,10 @@ func Exec(name string, argv []string, env []string) error {
 	return fmt.Errorf("exec %s: %w", path, unix.Exec(path, argv, env))
 }
 
-// hideResolverIPC covers names.HostResolverIPC: directories by an empty
+// hideResolverIPC covers names.Hidden(): directories by an empty
 // read-only tmpfs, sockets by /dev/null.
 func hideResolverIPC() error {
-	for _, p := range names.HostResolverIPC {
+	for _, p := range names.Hidden() {
 		st, err := os.Stat(p)
 		if err != nil {
 			continue // absent: nothing to hide

@@ -81,11 +81,23 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 		os.Remove(names.UAPISocket(s.Interface))
 		return nil, fmt.Errorf("listen on UAPI socket for %q: %w", s.Interface, err)
 	}
+	guard, err := newUAPIGuard()
+	if err != nil {
+		ul.Close()
+		os.Remove(names.UAPISocket(s.Interface))
+		return nil, err
+	}
+	ulog := log.With("iface", s.Interface)
 	go func() {
 		for {
 			c, err := ul.Accept()
 			if err != nil {
 				return
+			}
+			if err := guard.allow(c); err != nil {
+				ulog.Warn("UAPI connection refused", "reason", err)
+				c.Close()
+				continue
 			}
 			go dev.IpcHandle(c)
 		}
