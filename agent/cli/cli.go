@@ -52,7 +52,7 @@ func Main(args []string) int {
 		"run": cmdRun, "up": cmdUp, "down": cmdDown, "exec": cmdExec,
 		"status": cmdStatus, "validate": cmdValidate, "policy": cmdPolicy,
 		"unit": cmdUnit, "demo": cmdDemo, "probe": cmdProbe,
-		"version": func([]string, io.Writer) int { fmt.Println("vpn-agent", Version); return 0 },
+		"version": func([]string, io.Writer) int { fmt.Println("vpn-agent", Version+buildNote); return 0 },
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(os.Stderr, usage)
