@@ -1,4 +1,4 @@
-# One of the module's two binaries, each a package of its own:
+# One of the Go module's two binaries, each a package of its own:
 #   vpn-agent  (default)        the agent; what the NixOS module runs
 #   vpn-bench  (program = ...)  the benchmark runner (BENCHMARKS.md); only
 #                               the benchmark VM tests install it
