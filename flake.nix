@@ -26,6 +26,8 @@
     {
       overlays.default = final: _prev: {
         vpn-agent = final.callPackage ./nix/package.nix { };
+        # The benchmark runner, a package of its own (BENCHMARKS.md).
+        vpn-bench = final.callPackage ./nix/package.nix { program = "vpn-bench"; };
       };
 
       # The module plus the overlay that provides its default package.
@@ -39,7 +41,7 @@
 
       packages = forAllSystems (pkgs: {
         default = pkgs.vpn-agent;
-        inherit (pkgs) vpn-agent;
+        inherit (pkgs) vpn-agent vpn-bench;
         # Opt-in benchmarks (NixOS VM tests); results in $out/benchmark.json.
         vpn-benchmark = import ./nix/tests/benchmark.nix {
           inherit pkgs;
@@ -51,12 +53,13 @@
         };
       });
 
-      # `nix flake check` builds the package and runs every VM test.
+      # `nix flake check` builds both packages and runs every VM test.
       checks = forAllSystems (
         pkgs:
         import ./nix/tests { inherit pkgs; }
         // {
           package = pkgs.vpn-agent;
+          package-bench = pkgs.vpn-bench;
         }
       );
 

@@ -1,4 +1,9 @@
-# The vpn-agent binary.
+# One of the Go module's two binaries, each a package of its own:
+#   vpn-agent  (default)        the agent; what the NixOS module runs
+#   vpn-bench  (program = ...)  the benchmark runner (BENCHMARKS.md); only
+#                               the benchmark VM tests install it
+# Both build from the same source with the same vendorHash; the agent's
+# package holds vpn-agent alone.
 #
 # vendorHash is the NAR sha256 of `go mod vendor` run over the git-tracked
 # files. It changes whenever go.mod/go.sum (or the set of imported packages)
@@ -8,10 +13,14 @@
   lib,
   buildGoModule,
   version ? "0.1.0-dev",
+  program ? "vpn-agent",
 }:
-
+assert lib.elem program [
+  "vpn-agent"
+  "vpn-bench"
+];
 buildGoModule {
-  pname = "vpn-agent";
+  pname = program;
   inherit version;
 
   # Only what the Go build reads. The vendor directory that buildGoModule
@@ -40,21 +49,28 @@ buildGoModule {
 
   vendorHash = "sha256-70Gr/x1nNWJoH+6aWNiMj6KoJis4nVVY40Zmh4JL9ek=";
 
-  subPackages = [ "agent/cmd/vpn-agent" ];
+  subPackages = [ "agent/cmd/${program}" ];
 
-  # A static binary: the agent only talks netlink and reads files.
+  # A static binary: the agent only talks netlink and reads files (the
+  # bench runs iperf3, ip, nft, wg and tc from PATH).
   env.CGO_ENABLED = "0";
 
   ldflags = [
     "-s"
     "-w"
-    "-X github.com/vpn-confinement/vpn-confinement/agent/cli.Version=${version}"
-  ];
+  ]
+  ++ lib.optional (
+    program == "vpn-agent"
+  ) "-X github.com/vpn-confinement/vpn-confinement/agent/cli.Version=${version}";
 
   meta = {
-    description = "Confines services in a network namespace whose only way out is a WireGuard tunnel, with an nftables kill switch";
+    description =
+      if program == "vpn-agent" then
+        "Confines services in a network namespace whose only way out is a WireGuard tunnel, with an nftables kill switch"
+      else
+        "Measures what vpn-agent's tunnel and kill switch cost, in a private topology it builds and removes";
     homepage = "https://github.com/vpn-confinement/vpn-confinement";
-    mainProgram = "vpn-agent";
+    mainProgram = program;
     platforms = lib.platforms.linux;
   };
 }

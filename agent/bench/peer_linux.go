@@ -24,7 +24,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
-// RoleEnv, when set in the environment, makes `vpn-agent bench` (or the
+// RoleEnv, when set in the environment, makes vpn-bench (or the
 // bench's test binary) run as one of the bench's helper processes instead
 // of a benchmark. The bench sets it for the processes it starts itself.
 const RoleEnv = "VPN_AGENT_BENCH_ROLE"
@@ -37,11 +37,11 @@ const RolePeer = "peer"
 // RunRole runs a helper role and returns the process exit code.
 func RunRole(role string, in io.Reader, out io.Writer) int {
 	if role != RolePeer {
-		fmt.Fprintf(os.Stderr, "vpn-agent bench: unknown helper role %q\n", role)
+		fmt.Fprintf(os.Stderr, "vpn-bench: unknown helper role %q\n", role)
 		return 2
 	}
 	if err := runPeer(in, out); err != nil {
-		fmt.Fprintf(os.Stderr, "vpn-agent bench peer: %v\n", err)
+		fmt.Fprintf(os.Stderr, "vpn-bench peer: %v\n", err)
 		return 1
 	}
 	return 0
@@ -217,7 +217,7 @@ func (t *topo) startPeer(kernel bool, mtu int) (*peerProc, error) {
 		return nil, fmt.Errorf("peer log: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command("/proc/self/exe", "bench")
+	cmd := exec.Command("/proc/self/exe")
 	cmd.Env = append(os.Environ(), RoleEnv+"="+RolePeer)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

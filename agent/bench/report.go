@@ -49,7 +49,7 @@ var tableMetrics = map[Kind][]string{
 // workload and mode, the paired comparisons, up/down and the targets.
 func PrintSummary(w io.Writer, res *Result) {
 	h := res.Host
-	fmt.Fprintf(w, "\nvpn-agent bench: %s, %d CPUs, kernel %s, backend %s, tunnel MTU %d, load %v -> %v\n",
+	fmt.Fprintf(w, "\nvpn-bench: %s, %d CPUs, kernel %s, backend %s, tunnel MTU %d, load %v -> %v\n",
 		h.CPUModel, h.CPUs, h.Kernel, h.Backend, res.Settings.TunnelMTU, h.LoadAvgStart, h.LoadAvgEnd)
 	fmt.Fprintf(w, "profile %s: %d samples x %ds (+%ds warm-up omitted), modes %v\n\n",
 		res.Settings.Profile, res.Settings.Samples, res.Settings.DurationSec, res.Settings.OmitSec, res.Settings.Modes)

@@ -44,7 +44,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	log := o.Log
 	sweepStale(log)
 	r := &runner{o: &o, modeNFT: map[Mode]*NFTSnapshot{}}
-	r.res = &Result{Schema: SchemaVersion, Tool: "vpn-agent bench", Started: time.Now().UTC()}
+	r.res = &Result{Schema: SchemaVersion, Tool: "vpn-bench", Started: time.Now().UTC()}
 	r.res.Host = hostInfo(&o)
 	r.res.Settings = settingsOf(&o)
 	t, err := newTopo(log)

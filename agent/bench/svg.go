@@ -27,7 +27,7 @@ func Chart(res *Result) string {
 		y = c.panel(20, y, width-40, 220, "Namespace up / down (ms): agent engine vs ip/wg/nft shell baseline", s, g) + 30
 	}
 	h := res.Host
-	head := fmt.Sprintf("vpn-agent bench — %s, %d CPUs, kernel %s, backend %s, MTU %d, %s profile, n=%d per mode",
+	head := fmt.Sprintf("vpn-bench — %s, %d CPUs, kernel %s, backend %s, MTU %d, %s profile, n=%d per mode",
 		h.CPUModel, h.CPUs, h.Kernel, h.Backend, res.Settings.TunnelMTU, res.Settings.Profile, res.Settings.Samples)
 	foot := fmt.Sprintf("Synthetic local tunnel on one machine; load average %v at start, %v at end. One run is no guarantee.", h.LoadAvgStart, h.LoadAvgEnd)
 	var out strings.Builder

@@ -35,7 +35,6 @@ Usage:
   vpn-agent validate --config FILE [--static]  check a config; change nothing
   vpn-agent policy   --config FILE [--host]    print the kill-switch ruleset (nft syntax)
   vpn-agent unit     NAME [--config F] [--agent-unit U]  print the systemd drop-in confining a service
-  vpn-agent bench    [flags]              measure tunnel and kill-switch cost (see --help)
   vpn-agent demo     [-- CMD...]          confine a command behind a local WireGuard peer (no VPN account)
   vpn-agent version
 `
@@ -53,8 +52,8 @@ func Main(args []string) int {
 	cmds := map[string]func([]string, io.Writer) int{
 		"run": cmdRun, "up": cmdUp, "down": cmdDown, "exec": cmdExec,
 		"status": cmdStatus, "validate": cmdValidate, "policy": cmdPolicy,
-		"unit": cmdUnit, "bench": cmdBench, "demo": cmdDemo, "probe": cmdProbe,
-		"version": func([]string, io.Writer) int { fmt.Println("vpn-agent", Version); return 0 },
+		"unit": cmdUnit, "demo": cmdDemo, "probe": cmdProbe,
+		"version": func([]string, io.Writer) int { fmt.Println("vpn-agent", Version+buildNote); return 0 },
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(os.Stderr, usage)

@@ -126,26 +126,6 @@ func newEngine(log *slog.Logger) *engine.Engine {
 	return e
 }
 
-// faultHook is for the fault-injection tests only, and only when
-// VPN_AGENT_TEST_HOOKS=1: VPN_AGENT_FAIL_AFTER=<step> fails Up after that
-// step; VPN_AGENT_KILL_AFTER=<step> SIGKILLs the agent there.
-func faultHook() func(string) error {
-	if os.Getenv("VPN_AGENT_TEST_HOOKS") != "1" {
-		return nil
-	}
-	failAt, killAt := os.Getenv("VPN_AGENT_FAIL_AFTER"), os.Getenv("VPN_AGENT_KILL_AFTER")
-	return func(step string) error {
-		if step == killAt {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
-		}
-		if step == failAt {
-			return fmt.Errorf("injected fault")
-		}
-		return nil
-	}
-}
-
 // startDetached starts `vpn-agent run` in its own session and waits for
 // READY=1 on a private notify socket, as systemd would.
 func startDetached(cfg, name string, timeout time.Duration) (int, error) {

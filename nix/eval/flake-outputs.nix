@@ -15,6 +15,7 @@ let
   };
   self = flake.outputs { inherit self nixpkgs; } // { outPath = ../..; };
   pkg = self.packages.x86_64-linux.vpn-agent.goModuleArgs;
+  benchPkg = self.packages.x86_64-linux.vpn-bench.goModuleArgs;
 in
 {
   inputs = lib.attrNames flake.inputs;
@@ -53,7 +54,12 @@ in
       else
         lib.hasPrefix builtins.storeDir (toString pkg.src);
   };
-  vmTests = lib.mapAttrs (_: t: t.testArgs.name) (removeAttrs self.checks.x86_64-linux [ "package" ]) // {
+  # The bench's package: its own binary, the agent's vendorHash.
+  benchPackage = {
+    inherit (benchPkg) pname subPackages vendorHash;
+    sameVendorHash = benchPkg.vendorHash == pkg.vendorHash;
+  };
+  vmTests = lib.mapAttrs (_: t: t.testArgs.name) (removeAttrs self.checks.x86_64-linux [ "package" "package-bench" ]) // {
     benchmark = self.packages.x86_64-linux.vpn-benchmark.testArgs.name;
     benchmark-sustained = self.packages.x86_64-linux.vpn-benchmark-sustained.testArgs.name;
   };

@@ -45,6 +45,7 @@ let
     "tcpdump"
     "transmission_4"
     "vpn-agent"
+    "vpn-bench"
     "wireguard-tools"
   ];
   pkgs = lib.genAttrs packageNames drv // {

@@ -1,10 +1,10 @@
 # Opt-in benchmark (packages.<system>.vpn-benchmark / vpn-benchmark-sustained).
 #
-# Runs `vpn-agent bench` in a disposable VM. The bench subcommand builds its
-# own synthetic setup inside the guest: a local WireGuard peer, the namespace,
-# iperf3 server/clients, and measures the same peer and namespace with and
-# without the kill-switch policy (and the direct veth path), alternating the
-# order of the modes. It never touches the VM's host firewall and never
+# Runs vpn-bench (the benchmark runner, package vpn-bench) in a disposable
+# VM. It builds its own synthetic setup inside the guest: a local WireGuard
+# peer, the namespace, iperf3 server/clients, and measures the same peer and
+# namespace with and without the kill-switch policy (and the direct veth
+# path), alternating the order of the modes. It never touches the VM's host firewall and never
 # contacts an external VPN; the VM has no host-link interface.
 #
 # What the numbers mean, and do not mean (see docs/nixos.md): the incremental
@@ -38,7 +38,7 @@ pkgs.testers.runNixOSTest {
       boot.kernelModules = [ "wireguard" ];
       services.timesyncd.enable = false;
       environment.systemPackages = with pkgs; [
-        vpn-agent
+        vpn-bench
         iperf3
         iproute2
         iputils
@@ -52,12 +52,12 @@ pkgs.testers.runNixOSTest {
     machine.wait_for_unit("multi-user.target")
     machine.succeed("mkdir -p /tmp/bench")
     status, _ = machine.execute(
-        "vpn-agent bench --profile ${profile} --backend kernel --out /tmp/bench/benchmark.json"
+        "vpn-bench --profile ${profile} --backend kernel --out /tmp/bench/benchmark.json"
         " >/tmp/bench/bench.log 2>&1",
         timeout=${toString (if profile == "sustained" then 4 * 3600 - 300 else 3600 - 300)},
     )
     machine.copy_from_vm("/tmp/bench/bench.log", "")
-    assert status == 0, "vpn-agent bench failed; see bench.log in the output"
+    assert status == 0, "vpn-bench failed; see bench.log in the output"
     machine.succeed("jq -e 'type == \"object\"' /tmp/bench/benchmark.json")
     machine.copy_from_vm("/tmp/bench/benchmark.json", "")
   '';

@@ -86,7 +86,7 @@ func agentPIDs(cfg string) []int {
 			continue
 		}
 		args := strings.Split(string(b), "\x00")
-		if len(args) > 1 && filepath.Base(args[0]) == filepath.Base(env.agentBin) {
+		if len(args) > 1 && (filepath.Base(args[0]) == filepath.Base(env.agentBin) || filepath.Base(args[0]) == filepath.Base(env.hooksBin)) {
 			out = append(out, pid)
 		}
 	}
@@ -165,8 +165,11 @@ func waitHealthy(s *site, timeout time.Duration) (bool, int, map[string]any, age
 	}
 }
 
+// hooked is the site's agent as the vpn-agent built with the
+// fault-injection hooks, with them switched on and set by kv.
 func hooked(s *site, kv ...string) agentproc.Agent {
 	a := s.ag
+	a.Bin = env.hooksBin
 	a.Env = append([]string{"VPN_AGENT_TEST_HOOKS=1"}, kv...)
 	return a
 }
@@ -178,6 +181,7 @@ func hooked(s *site, kv ...string) agentproc.Agent {
 // brings a healthy namespace. Subtests: after-STEP/{up,run}.
 func TestFaultInjectedError(t *testing.T) {
 	t.Parallel()
+	requireHooks(t)
 	s := newSite(t, siteOptions{})
 	w := s.open(t, "injected errors")
 	var done []string
@@ -215,6 +219,7 @@ func TestFaultInjectedError(t *testing.T) {
 // Subtests: after-STEP.
 func TestFaultKilledBetweenSteps(t *testing.T) {
 	t.Parallel()
+	requireHooks(t)
 	s := newSite(t, siteOptions{})
 	w := s.open(t, "killed between steps")
 	userspace := s.backend == string(config.BackendUserspace)

@@ -3,13 +3,15 @@
 // nftables and /dev/net/tun, and skip (all of them, with the reason)
 // otherwise.
 //
-//	sudo go test ./tests/e2e/ [-run Agent] [-agent /path/to/vpn-agent] [-provider /path/to/provider] [-v]
+//	sudo go test ./tests/e2e/ [-run Agent] [-agent /path/to/vpn-agent] [-agent-hooks /path/to/vpn-agent] [-provider /path/to/provider] [-v]
 //
-// TestMain builds tests/cmd/provider and agent/cmd/vpn-agent unless
-// -provider/$VPN_E2E_PROVIDER and -agent/$VPN_E2E_AGENT name prebuilt
-// binaries (with both, no Go toolchain is needed: `go test -c` once, run
-// the binary anywhere). Agent tests fail, not skip, if the agent does not
-// build.
+// TestMain builds tests/cmd/provider, agent/cmd/vpn-agent and, for the
+// fault suite, agent/cmd/vpn-agent again with -tags vpnagent_testhooks
+// (the production build has no fault-injection hooks), unless
+// -provider/$VPN_E2E_PROVIDER, -agent/$VPN_E2E_AGENT and
+// -agent-hooks/$VPN_E2E_AGENT_HOOKS name prebuilt binaries (with all
+// three, no Go toolchain is needed: `go test -c` once, run the binary
+// anywhere). Agent tests fail, not skip, if the agent does not build.
 //
 // Environment:
 //
@@ -40,6 +42,14 @@ import (
 var (
 	agentFlag    = flag.String("agent", os.Getenv("VPN_E2E_AGENT"), "use this vpn-agent binary instead of building agent/cmd/vpn-agent")
 	providerFlag = flag.String("provider", os.Getenv("VPN_E2E_PROVIDER"), "use this provider binary instead of building tests/cmd/provider")
+	hooksFlag    = flag.String("agent-hooks", os.Getenv("VPN_E2E_AGENT_HOOKS"), "use this vpn-agent binary, built with -tags "+hooksTag+", for the fault suite instead of building one")
+)
+
+// hooksTag is the build tag that compiles the agent's fault-injection hooks
+// in (agent/cli/faults_testhooks.go); `vpn-agent version` then says so.
+const (
+	hooksTag  = "vpnagent_testhooks"
+	hooksNote = "(test hooks)"
 )
 
 // e2eBackend is the backend the leak matrix and the fault suite configure:
@@ -57,6 +67,8 @@ var env struct {
 	providerErr error
 	agentBin    string
 	agentErr    error
+	hooksBin    string // vpn-agent with the fault-injection hooks
+	hooksErr    error
 }
 
 func TestMain(m *testing.M) {
@@ -144,10 +156,41 @@ func buildAll(dir string) {
 			env.agentBin, env.agentErr = goBuild(dir, "vpn-agent", "./agent/cmd/vpn-agent")
 		}()
 	}
+	if *hooksFlag != "" {
+		env.hooksBin = *hooksFlag
+		env.hooksErr = checkHooks(env.hooksBin)
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Its own directory: the binary is called vpn-agent too, as
+			// the tests find agent processes by name.
+			hdir := filepath.Join(dir, "testhooks")
+			if env.hooksErr = os.Mkdir(hdir, 0o755); env.hooksErr != nil {
+				return
+			}
+			env.hooksBin, env.hooksErr = goBuild(hdir, "vpn-agent", "./agent/cmd/vpn-agent", "-tags", hooksTag)
+			if env.hooksErr == nil {
+				env.hooksErr = checkHooks(env.hooksBin)
+			}
+		}()
+	}
 	wg.Wait()
 }
 
-func goBuild(dir, name, pkg string) (string, error) {
+// checkHooks fails unless bin is a vpn-agent built with the hooks.
+func checkHooks(bin string) error {
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s version: %w: %s", bin, err, out)
+	}
+	if !strings.Contains(string(out), hooksNote) {
+		return fmt.Errorf("%s has no fault-injection hooks (`version` says %q); build it with -tags %s", bin, strings.TrimSpace(string(out)), hooksTag)
+	}
+	return nil
+}
+
+func goBuild(dir, name, pkg string, flags ...string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
@@ -157,7 +200,7 @@ func goBuild(dir, name, pkg string) (string, error) {
 		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	out := filepath.Join(dir, name)
-	cmd := exec.Command(gobin, "build", "-o", out, pkg)
+	cmd := exec.Command(gobin, append(append([]string{"build"}, flags...), "-o", out, pkg)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
@@ -200,6 +243,16 @@ func requireAgent(t *testing.T) {
 	requireEnv(t)
 	if env.agentErr != nil {
 		t.Fatalf("vpn-agent is not usable: %v", env.agentErr)
+	}
+}
+
+// requireHooks is requireAgent plus a vpn-agent with the fault-injection
+// hooks (failing otherwise).
+func requireHooks(t *testing.T) {
+	t.Helper()
+	requireAgent(t)
+	if env.hooksErr != nil {
+		t.Fatalf("vpn-agent with test hooks is not usable: %v", env.hooksErr)
 	}
 }
 

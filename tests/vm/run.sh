@@ -6,6 +6,8 @@
 # the second over the first), holding
 #   /opt/vpnc/bin/vpn-agent               go build ./agent/cmd/vpn-agent (if it has Go files;
 #                                         symlinked from /usr/bin and /usr/local/bin)
+#   /opt/vpnc/bin/testhooks/vpn-agent     the same with -tags vpnagent_testhooks (the fault
+#                                         suite's agent; $VPN_E2E_AGENT_HOOKS)
 #   /opt/vpnc/bin/provider                go build ./tests/cmd/provider (the e2e harness's
 #                                         WireGuard provider / logging decoy; $VPN_E2E_PROVIDER)
 #   /opt/vpnc/tests/<name>/<name>.test    go test -c of each package in $VMTEST_PKGS,
@@ -104,6 +106,12 @@ if compgen -G "agent/cmd/vpn-agent/*.go" >/dev/null; then
 		die "go build ./agent/cmd/vpn-agent failed"
 	ln -s /opt/vpnc/bin/vpn-agent "$R/usr/bin/vpn-agent"
 	ln -s /opt/vpnc/bin/vpn-agent "$R/usr/local/bin/vpn-agent"
+	# The fault suite's agent: the same, with the fault-injection hooks
+	# (off PATH; tests/e2e gets it as VPN_E2E_AGENT_HOOKS).
+	log "go build -tags vpnagent_testhooks ./agent/cmd/vpn-agent -> /opt/vpnc/bin/testhooks/vpn-agent"
+	mkdir -p "$R/opt/vpnc/bin/testhooks"
+	go build -trimpath -tags vpnagent_testhooks -o "$R/opt/vpnc/bin/testhooks/vpn-agent" ./agent/cmd/vpn-agent ||
+		die "go build -tags vpnagent_testhooks ./agent/cmd/vpn-agent failed"
 elif [ "${VMTEST_REQUIRE_AGENT:-0}" = 1 ]; then
 	die "agent/cmd/vpn-agent has no Go files"
 else

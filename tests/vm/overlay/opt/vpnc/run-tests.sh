@@ -22,8 +22,9 @@ VPNC_VM_E2E_MATRIX=0
 # shellcheck disable=SC1091
 [ -r /opt/vpnc/env ] && . /opt/vpnc/env
 export VPNC_VM_GUEST=1 VPNC_AGENT=/opt/vpnc/bin/vpn-agent VPNC_DIST=/opt/vpnc/dist
-# Prebuilt binaries for the e2e harness (tests/e2e honours both; there is no Go toolchain here).
+# Prebuilt binaries for the e2e harness (tests/e2e honours all three; there is no Go toolchain here).
 export VPN_E2E_AGENT=/opt/vpnc/bin/vpn-agent VPN_E2E_PROVIDER=/opt/vpnc/bin/provider
+export VPN_E2E_AGENT_HOOKS=/opt/vpnc/bin/testhooks/vpn-agent
 # tests/e2e's leak matrix configures this backend: here, kernel WireGuard (fails if missing).
 export VPNC_E2E_BACKEND=${VPNC_E2E_BACKEND:-kernel} VPNC_VM_E2E_MATRIX
 export PATH=/opt/vpnc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+)
+
+// Main runs vpn-bench with args (without the program name) and returns
+// its exit code. With RoleEnv set it is one of the bench's own helper
+// processes (the provider's peer), which the bench starts by re-executing
+// itself.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if role := os.Getenv(RoleEnv); role != "" {
+		return RunRole(role, os.Stdin, os.Stdout)
+	}
+	f := newFlags()
+	if rc := parseArgs(f.fs, args, stdout, stderr); rc >= 0 {
+		return rc
+	}
+	if f.fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "vpn-bench: unexpected argument %q\n", f.fs.Arg(0))
+		return ExitBadInput
+	}
+	o, err := f.options(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "vpn-bench: %v\n", err)
+		return ExitBadInput
+	}
+	return run(o, stdout, stderr)
+}
+
+// options turns the flags into normalized Options.
+func (f *cliFlags) options(stderr io.Writer) (Options, error) {
+	o := Options{
+		Profile: *f.profile, Backend: config.Backend(*f.backend), Samples: *f.samples,
+		Omit: time.Duration(*f.omit) * time.Second, Out: *f.outPath, SVG: *f.svgPath,
+		UpDownCycles: *f.cycles, Shaping: *f.shaping, Pace: *f.pace, Progress: stderr,
+		Log: newLogger(stderr, *f.level, *f.format),
+	}
+	var err error
+	if *f.modes != "" {
+		if o.Modes, err = ParseModes(*f.modes); err != nil {
+			return o, err
+		}
+	}
+	if *f.duration != "" {
+		if o.Duration, err = parseSeconds(*f.duration); err != nil {
+			return o, err
+		}
+	}
+	if *f.workloads != "" {
+		o.Workloads = strings.Split(*f.workloads, ",")
+	}
+	if err := o.Normalize(); err != nil {
+		return o, err
+	}
+	if o.SVG == "" {
+		o.SVG = DefaultSVGPath(o.Out)
+	}
+	return o, nil
+}
+
+// run measures, writes the results and prints the summary.
+func run(o Options, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, runErr := Run(ctx, o)
+	if res == nil {
+		return fail(stderr, runErr)
+	}
+	if err := WriteResult(res, o.Out, o.SVG); err != nil {
+		return fail(stderr, err)
+	}
+	PrintSummary(stdout, res)
+	fmt.Fprintf(stdout, "\nwrote %s and %s\n", o.Out, o.SVG)
+	if runErr != nil {
+		if errors.Is(runErr, context.Canceled) {
+			fmt.Fprintln(stderr, "vpn-bench: interrupted; partial results written, everything removed")
+			return ExitFailure
+		}
+		return fail(stderr, runErr)
+	}
+	return ExitOK
+}
