@@ -159,6 +159,11 @@ let
   canRunAgent = pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform;
   checkConfigs = cfg.checkConfig && canRunAgent;
   fileOf = name: "${lib.strings.sanitizeDerivationName name}.json";
+  rejected =
+    if length namespaceNames == 1 then
+      "the generated config of ${opt (builtins.head namespaceNames)}"
+    else
+      "the generated configs; NAME.json is services.vpnConfinement.namespaces.NAME";
   configDir =
     pkgs.runCommand "vpn-confinement-configs"
       {
@@ -179,7 +184,7 @@ let
           if ! ${cfg.package}/bin/vpn-agent validate --static ${
             concatMapStringsSep " " (name: "--config ${lib.escapeShellArg (fileOf name)}") namespaceNames
           }; then
-            echo "services.vpnConfinement: vpn-agent rejected the generated configs (error above; NAME.json is services.vpnConfinement.namespaces.NAME)." >&2
+            echo ${lib.escapeShellArg "services.vpnConfinement: vpn-agent rejected ${rejected} (error above)."} >&2
             echo "Fix the option named in the error, or set services.vpnConfinement.checkConfig = false to skip this check." >&2
             exit 1
           fi
