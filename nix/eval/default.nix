@@ -66,18 +66,10 @@ let
     };
   };
   stubModule = {
-    options = stubs.commonOptions // {
+    imports = [ { options = stubs.commonOptions; } ];
+    options = {
       systemd.services = mkOption {
         type = types.attrsOf (types.submodule serviceModule);
-        default = { };
-      };
-      systemd.sockets = mkOption {
-        type = types.attrsOf (types.submodule { options.socketConfig = unitSection; });
-        default = { };
-      };
-      boot.kernelModules = listOpt;
-      boot.kernel.sysctl = mkOption {
-        type = types.attrsOf types.anything;
         default = { };
       };
       system.etc.overlay.enable = mkOption {

@@ -34,6 +34,14 @@ let
       else
         lib.mergeEqualOption loc defs';
   };
+  listOpt = mkOption {
+    type = types.listOf types.str;
+    default = [ ];
+  };
+  section = mkOption {
+    type = types.attrsOf unitOption;
+    default = { };
+  };
 in
 {
   inherit lib drv;
@@ -54,14 +62,7 @@ in
     };
   };
 
-  listOpt = mkOption {
-    type = types.listOf types.str;
-    default = [ ];
-  };
-  section = mkOption {
-    type = types.attrsOf unitOption;
-    default = { };
-  };
+  inherit listOpt section;
 
   # The options every NixOS stub declares besides systemd.services.
   commonOptions = {
@@ -72,6 +73,15 @@ in
     warnings = mkOption {
       type = types.listOf types.str;
       default = [ ];
+    };
+    systemd.sockets = mkOption {
+      type = types.attrsOf (types.submodule { options.socketConfig = section; });
+      default = { };
+    };
+    boot.kernelModules = listOpt;
+    boot.kernel.sysctl = mkOption {
+      type = types.attrsOf types.anything;
+      default = { };
     };
     environment.systemPackages = mkOption {
       type = types.listOf types.anything;

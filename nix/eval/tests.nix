@@ -63,7 +63,8 @@ let
   inherit (stubs) listOpt section;
   nixosStub = {
     freeformType = types.attrsOf loose;
-    options = stubs.commonOptions // {
+    imports = [ { options = stubs.commonOptions; } ];
+    options = {
       systemd.services = mkOption {
         type = types.attrsOf (
           types.submodule {
@@ -82,15 +83,6 @@ let
             };
           }
         );
-        default = { };
-      };
-      systemd.sockets = mkOption {
-        type = types.attrsOf (types.submodule { options.socketConfig = section; });
-        default = { };
-      };
-      boot.kernelModules = listOpt;
-      boot.kernel.sysctl = mkOption {
-        type = types.attrsOf loose;
         default = { };
       };
     };
