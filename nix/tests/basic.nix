@@ -5,19 +5,10 @@
 let
   inherit (common) net;
 in
-pkgs.testers.runNixOSTest {
-  name = "vpn-confinement-basic";
+common.mkTest {
+  name = "basic";
 
-  nodes.provider = common.provider { };
-  nodes.host = common.host { };
-
-  testScript = ''
-    ${common.pyHelpers}
-
-    start_all()
-    wait_provider(provider)
-    host.wait_for_unit("vpn-agent-vpn.service")
-
+  script = ''
     with subtest("the namespace's only way out is the tunnel"):
         host.succeed("test -e /run/netns/vpn")
         host.succeed("ip netns list | grep -qw vpn")
