@@ -32,23 +32,12 @@ let
   };
 
   # --- stub NixOS options ------------------------------------------------------
-  inherit (stubs) listOpt;
-  unitSection = stubs.section;
   serviceModule = {
-    options = {
+    options = stubs.unitOptions // {
       description = mkOption {
         type = types.str;
         default = "";
       };
-      wantedBy = listOpt;
-      requiredBy = listOpt;
-      wants = listOpt;
-      requires = listOpt;
-      bindsTo = listOpt;
-      partOf = listOpt;
-      upheldBy = listOpt;
-      after = listOpt;
-      before = listOpt;
       path = mkOption {
         type = types.listOf types.anything;
         default = [ ];
@@ -61,8 +50,6 @@ let
         type = types.lines;
         default = "";
       };
-      serviceConfig = unitSection;
-      unitConfig = unitSection;
     };
   };
   stubModule = {

@@ -64,6 +64,21 @@ in
 
   inherit listOpt section;
 
+  # A systemd service's dependency options and sections, as NixOS has them.
+  unitOptions = {
+    wantedBy = listOpt;
+    requiredBy = listOpt;
+    wants = listOpt;
+    requires = listOpt;
+    bindsTo = listOpt;
+    partOf = listOpt;
+    upheldBy = listOpt;
+    after = listOpt;
+    before = listOpt;
+    serviceConfig = section;
+    unitConfig = section;
+  };
+
   # The options every NixOS stub declares besides systemd.services.
   commonOptions = {
     assertions = mkOption {

@@ -60,7 +60,6 @@ let
       else
         lib.mergeEqualOption loc defs;
   };
-  inherit (stubs) listOpt section;
   nixosStub = {
     freeformType = types.attrsOf loose;
     imports = [ { options = stubs.commonOptions; } ];
@@ -69,18 +68,7 @@ let
         type = types.attrsOf (
           types.submodule {
             freeformType = types.attrsOf loose;
-            options = {
-              wantedBy = listOpt;
-              wants = listOpt;
-              requires = listOpt;
-              bindsTo = listOpt;
-              partOf = listOpt;
-              upheldBy = listOpt;
-              after = listOpt;
-              before = listOpt;
-              serviceConfig = section;
-              unitConfig = section;
-            };
+            options = stubs.unitOptions;
           }
         );
         default = { };
