@@ -496,6 +496,14 @@ rec {
         ).strip()
 
 
+    def stop_capture_no_leaks(machine, name):
+        """Stop a capture: it must hold WireGuard packets and no leak (LEAK_BPF)."""
+        stop_capture(machine, name)
+        leaks = captured(machine, name, LEAK_BPF)
+        assert leaks == "", f"plaintext from the confined service on the uplink ({name}):\n{leaks}"
+        assert captured(machine, name, WG_BPF) != "", f"the capture {name} saw no WireGuard packets"
+
+
     def probe(machine, what, unit="probe"):
         machine.succeed(f"systemctl start {unit}@{what}.service")
         return machine.succeed(f"cat /run/probe-out/{what}")
