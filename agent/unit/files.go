@@ -3,6 +3,7 @@ package unit
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
@@ -44,7 +45,7 @@ func distAgent() string {
 	return comment(Generated+`
 
 vpn-agent@NAME.service: one VPN confinement namespace, for hosts without
-NixOS. The instance name is the namespace name (^[a-z][a-z0-9-]{0,11}$);
+NixOS. The instance name is the namespace name (`+fmt.Sprintf("^[a-z][a-z0-9-]{0,%d}$", names.MaxNameLen-1)+`);
 its config is /etc/vpn-confinement/NAME.json, whose "name" must be NAME.
 
   install -m 0644 vpn-agent@.service /etc/systemd/system/
