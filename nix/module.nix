@@ -54,7 +54,6 @@ let
   # agent/names), no import-from-derivation.
   units = lib.importJSON ./units.json;
   inherit (units) names;
-  netnsPath = name: "${names.netnsDir}/${name}";
   agentUnit = name: "${names.nixosAgentUnitPrefix}${name}";
   wgIfOf = name: ns: if ns != null && ns.interface != null then ns.interface else "${names.tunnelPrefix}${name}";
   nsVeth = name: "${names.nsVethPrefix}${name}";
@@ -84,12 +83,14 @@ let
     Before = "before";
     WantedBy = "wantedBy";
   };
+  # NixOS has no [Install] section: its keys must be options (WantedBy).
   nixosUnit =
     vars: u:
     let
       sec = name: lib.mapAttrs (_: fill vars) (u.${name} or { });
       keyed = sec "Unit" // sec "Install";
     in
+    assert lib.all (k: unitOptions ? ${k}) (attrNames (u.Install or { }));
     mapAttrs' (k: nameValuePair unitOptions.${k}) (filterAttrs (k: _: unitOptions ? ${k}) keyed)
     // {
       unitConfig = removeAttrs (sec "Unit") (attrNames unitOptions);
