@@ -3,8 +3,10 @@
 # Evaluates the module with lib.evalModules against small stubs of the NixOS
 # options it reads and sets (systemd.services/sockets, assertions, warnings,
 # boot.*, environment.systemPackages) and a stub `pkgs`. It proves that the
-# module evaluates, shows the units and agent JSON it generates, and checks
-# that every assertion fires on a config made to trip it.
+# module evaluates, shows the units and agent JSON it generates, checks
+# that every NixOS-only assertion fires on a config made to trip it, and
+# lists the configs (buildCases) that the module's build-time
+# `vpn-agent validate` must reject; .ci/nix-check.sh runs the agent on them.
 #
 # It needs only nixpkgs' `lib` (e.g. a checkout of nix-community/nixpkgs.lib;
 # never committed here):
