@@ -5,10 +5,13 @@
 #      run over the tracked files (what buildGoModule computes);
 #   3. only when NIXPKGS_LIB is set (a nixpkgs `lib` checkout, e.g.
 #      nix-community/nixpkgs.lib): the module evaluation harness nix/eval,
-#      and the module's build-time `vpn-agent validate` run on its cases.
+#      the module's build-time `vpn-agent validate` run on its cases, and
+#      that README.md and docs/nixos.md show the units as evaluated.
 #
 # Usage: .ci/nix-check.sh [--update]
-#   --update   rewrite vendorHash in nix/package.nix instead of failing.
+#   --update   rewrite vendorHash in nix/package.nix (and, with NIXPKGS_LIB,
+#              the units shown in README.md and docs/nixos.md) instead of
+#              failing.
 # Env:     NIXPKGS_LIB=/path/to/nixpkgs.lib   run check 3 as well.
 #
 # Installs Debian's nix-bin with apt-get when nix-instantiate is missing.
@@ -20,7 +23,7 @@ for arg in "$@"; do
 	case "$arg" in
 	--update) update=1 ;;
 	-h | --help)
-		sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -182,6 +185,40 @@ for name, c in sorted(cases.items()):
 if not bad:
     print("    the agent rejects each of %d cases as nix/eval expects; the example and %d VM test nodes pass" % (
         sum(c["expect"] is not None for c in cases.values()), len(nodes)))
+sys.exit(bad)
+PY
+	else
+		fail=1
+	fi
+
+	step "comparing the units shown in README.md and docs/nixos.md with the evaluated ones"
+	if example=$(harness nix/eval nix/eval example); then
+		printf '%s' "$example" >"$tmp/example.json"
+		python3 - "$tmp/example.json" "$update" README.md docs/nixos.md <<'PY' || fail=1
+import json, sys
+units, update = json.load(open(sys.argv[1]))["unitFiles"], sys.argv[2] == "1"
+bad = 0
+for doc in sys.argv[3:]:
+    text = orig = open(doc).read()
+    for name, want in units.items():
+        head = "```ini\n# %s.service" % name
+        start = text.find(head)
+        if start < 0:
+            continue
+        start += len("```ini\n")
+        end = text.index("```", start)
+        if text[start:end] != want:
+            text = text[:start] + want + text[end:]
+    if text != orig:
+        if update:
+            open(doc, "w").write(text)
+            print("    %s: units rewritten from the evaluation" % doc)
+        else:
+            bad = 1
+            sys.stderr.write("nix-check: the units shown in %s differ from what nix/eval renders; "
+                             "run .ci/nix-check.sh --update (with NIXPKGS_LIB)\n" % doc)
+if not bad and not update:
+    print("    they match")
 sys.exit(bad)
 PY
 	else
