@@ -4,10 +4,14 @@
 #   2. vendorHash in nix/package.nix equals the NAR sha256 of `go mod vendor`
 #      run over the tracked files (what buildGoModule computes);
 #   3. only when NIXPKGS_LIB is set (a nixpkgs `lib` checkout, e.g.
-#      nix-community/nixpkgs.lib): the module evaluation harness nix/eval.
+#      nix-community/nixpkgs.lib): the module evaluation harness nix/eval,
+#      the module's build-time `vpn-agent validate` run on its cases, and
+#      that README.md and docs/nixos.md show the units as evaluated.
 #
 # Usage: .ci/nix-check.sh [--update]
-#   --update   rewrite vendorHash in nix/package.nix instead of failing.
+#   --update   rewrite vendorHash in nix/package.nix (and, with NIXPKGS_LIB,
+#              the units shown in README.md and docs/nixos.md) instead of
+#              failing.
 # Env:     NIXPKGS_LIB=/path/to/nixpkgs.lib   run check 3 as well.
 #
 # Installs Debian's nix-bin with apt-get when nix-instantiate is missing.
@@ -19,7 +23,7 @@ for arg in "$@"; do
 	case "$arg" in
 	--update) update=1 ;;
 	-h | --help)
-		sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -123,38 +127,107 @@ fi
 # nix/eval/default.nix       module: example units/JSON + every assertion case
 # nix/eval/tests.nix         VM test nodes against a permissive NixOS stub
 # nix/eval/flake-outputs.nix flake outputs against a stub nixpkgs
+# harness prints the evaluation's JSON; on an error it says so and fails
+# (call it as x=$(harness ...) || fail=1: it runs in a subshell).
 harness() { # name, file, attribute
 	local res
-	if ! res=$(NIXPKGS_LIB="$NIXPKGS_LIB" nix-instantiate --eval --strict --json "$2" --arg libPath "$NIXPKGS_LIB" ${3:+-A "$3"} 2>&1); then
+	# stderr apart: nix warns there about its own configuration.
+	if ! res=$(NIXPKGS_LIB="$NIXPKGS_LIB" nix-instantiate --eval --strict --json "$2" --arg libPath "$NIXPKGS_LIB" ${3:+-A "$3"} 2>"$tmp/harness.err"); then
 		echo "nix-check: $1 does not evaluate:" >&2
-		echo "$res" >&2
-		fail=1
+		cat "$tmp/harness.err" >&2
 		return 1
 	fi
 	printf '%s' "$res"
 }
+expect_none() { # name, file, attribute, what failed, what passed
+	local res
+	res=$(harness "$1" "$2" "$3") || {
+		fail=1
+		return 0
+	}
+	if [ "$res" != "[]" ]; then
+		echo "nix-check: $4:" >&2
+		printf '%s\n' "$res" | sed 's/","/"\n"/g' >&2
+		fail=1
+	else
+		echo "    $5"
+	fi
+}
 if [ -n "${NIXPKGS_LIB:-}" ]; then
 	step "evaluating the module harness (NIXPKGS_LIB=$NIXPKGS_LIB)"
-	if res=$(harness nix/eval nix/eval failures); then
-		if [ "$res" != "[]" ]; then
-			echo "nix-check: module checks failed:" >&2
-			printf '%s\n' "$res" | sed 's/","/"\n"/g' >&2
-			fail=1
-		else
-			echo "    module evaluates; the example is as expected; all assertion cases fire"
-		fi
+	expect_none nix/eval nix/eval failures "module checks failed" \
+		"module evaluates; the example is as expected; all assertion cases fire"
+
+	step "running the module's build-time check (vpn-agent validate --static over all namespaces) on each case"
+	# nix/eval's cases, and every VM test node's namespaces (which must pass).
+	if cases=$(harness nix/eval nix/eval buildCases) && nodes=$(harness nix/eval/tests.nix nix/eval/tests.nix buildCases); then
+		printf '%s' "$cases" >"$tmp/buildcases.json"
+		printf '%s' "$nodes" >"$tmp/buildnodes.json"
+		(cd "$root" && env -u GOFLAGS go build -o "$tmp/vpn-agent" ./agent/cmd/vpn-agent) &&
+			python3 - "$tmp/buildcases.json" "$tmp/buildnodes.json" "$tmp" <<'PY' || fail=1
+import json, os, subprocess, sys
+cases, tmp = json.load(open(sys.argv[1])), sys.argv[3]
+nodes = json.load(open(sys.argv[2]))
+cases.update(("node " + k, v) for k, v in nodes.items())
+bad = 0
+for name, c in sorted(cases.items()):
+    d = os.path.join(tmp, "case-" + name.replace("/", "-").replace(" ", "-"))
+    os.makedirs(d)
+    for f, v in c["files"].items():
+        json.dump(v, open(os.path.join(d, f), "w"))
+    argv = [os.path.join(tmp, "vpn-agent"), "validate", "--static"] + " ".join(c["validate"]).split()
+    r = subprocess.run(argv, cwd=d, capture_output=True, text=True)
+    ok = r.returncode == 0 if c["expect"] is None else r.returncode == 2 and c["expect"] in r.stderr
+    if not ok:
+        bad = 1
+        sys.stderr.write("nix-check: build case %s: want %s, got exit %d: %s" % (
+            name, "success" if c["expect"] is None else "exit 2 and '%s'" % c["expect"], r.returncode, r.stderr))
+if not bad:
+    print("    the agent rejects each of %d cases as nix/eval expects; the example and %d VM test nodes pass" % (
+        sum(c["expect"] is not None for c in cases.values()), len(nodes)))
+sys.exit(bad)
+PY
+	else
+		fail=1
+	fi
+
+	step "comparing the units shown in README.md and docs/nixos.md with the evaluated ones"
+	if example=$(harness nix/eval nix/eval example); then
+		printf '%s' "$example" >"$tmp/example.json"
+		python3 - "$tmp/example.json" "$update" README.md docs/nixos.md <<'PY' || fail=1
+import json, sys
+units, update = json.load(open(sys.argv[1]))["unitFiles"], sys.argv[2] == "1"
+bad = 0
+for doc in sys.argv[3:]:
+    text = orig = open(doc).read()
+    for name, want in units.items():
+        head = "```ini\n# %s.service" % name
+        start = text.find(head)
+        if start < 0:
+            continue
+        start += len("```ini\n")
+        end = text.index("```", start)
+        if text[start:end] != want:
+            text = text[:start] + want + text[end:]
+    if text != orig:
+        if update:
+            open(doc, "w").write(text)
+            print("    %s: units rewritten from the evaluation" % doc)
+        else:
+            bad = 1
+            sys.stderr.write("nix-check: the units shown in %s differ from what nix/eval renders; "
+                             "run .ci/nix-check.sh --update (with NIXPKGS_LIB)\n" % doc)
+if not bad and not update:
+    print("    they match")
+sys.exit(bad)
+PY
+	else
+		fail=1
 	fi
 
 	step "evaluating the VM test nodes against a NixOS stub"
-	if res=$(harness nix/eval/tests.nix nix/eval/tests.nix failures); then
-		if [ "$res" != "[]" ]; then
-			echo "nix-check: VM test nodes trip module assertions/warnings:" >&2
-			printf '%s\n' "$res" | sed 's/","/"\n"/g' >&2
-			fail=1
-		else
-			echo "    every node evaluates; no assertion or warning"
-		fi
-	fi
+	expect_none nix/eval/tests.nix nix/eval/tests.nix failures "VM test nodes trip module assertions/warnings" \
+		"every node evaluates; no assertion or warning"
 	py=""
 	for cand in python3 /usr/bin/python3; do
 		if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import pyflakes' 2>/dev/null; then
@@ -185,6 +258,8 @@ if not bad:
     print("    %d test scripts lint clean" % len(scripts))
 sys.exit(bad)
 PY
+		else
+			fail=1
 		fi
 	else
 		step "skipping pyflakes (no python3 with pyflakes; apt-get install python3-pyflakes)"
@@ -193,6 +268,8 @@ PY
 	step "evaluating flake outputs against a stub nixpkgs"
 	if res=$(harness nix/eval/flake-outputs.nix nix/eval/flake-outputs.nix); then
 		echo "    $(printf '%s' "$res" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("packages:", ", ".join(d["packages"]["x86_64-linux"]), "| checks:", ", ".join(d["checks"]["x86_64-linux"]))' 2>/dev/null || echo ok)"
+	else
+		fail=1
 	fi
 else
 	step "skipping evaluation harnesses (set NIXPKGS_LIB to a nixpkgs lib checkout to run them)"

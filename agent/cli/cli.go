@@ -32,7 +32,9 @@ Usage:
   vpn-agent down     NAME                 tear a namespace down completely
   vpn-agent exec     NAME -- CMD [ARG...] run a command inside a namespace
   vpn-agent status   [NAME] [--json]      show namespace health (exit 1 if degraded)
-  vpn-agent validate --config FILE [--static]  check a config; change nothing
+  vpn-agent validate --config FILE [--config FILE...] [--static]
+                                          check configs, and with several their conflicts
+                                          (host port, interface, subnet, name); change nothing
   vpn-agent policy   --config FILE [--host]    print the kill-switch ruleset (nft syntax)
   vpn-agent unit     NAME [--config F] [--agent-unit U]  print the systemd drop-in confining a service
   vpn-agent demo     [-- CMD...]          confine a command behind a local WireGuard peer (no VPN account)

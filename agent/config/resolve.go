@@ -418,6 +418,9 @@ func resolveHostLink(c *Config, s *Spec) error {
 		return nil
 	}
 	hl := &HostLinkSpec{HostIf: names.HostVeth(s.Name), NSIf: names.NSVeth(s.Name)}
+	if s.Interface == hl.HostIf || s.Interface == hl.NSIf {
+		return fieldErr("interface", "pick another interface name", "%q is the name of the host-link veth", s.Interface)
+	}
 	var err error
 	if hl.HostAddr, err = hostLinkAddr("hostLink.hostAddress", h.HostAddress); err != nil {
 		return err

@@ -26,6 +26,11 @@ const (
 	// MaxNameLen keeps the derived interface names ("vc-"+name) within
 	// IFNAMSIZ-1 (15) bytes.
 	MaxNameLen = 12
+	// TunnelPrefix, HostVethPrefix and NSVethPrefix start the derived
+	// interface names (Tunnel, HostVeth, NSVeth).
+	TunnelPrefix   = "vc-"
+	HostVethPrefix = "vh-"
+	NSVethPrefix   = "vn-"
 )
 
 // ResolverFiles are the files in ResolverDir that `vpn-agent exec`, `ip
@@ -33,13 +38,13 @@ const (
 var ResolverFiles = []string{"resolv.conf", "nsswitch.conf"}
 
 // Tunnel is the default WireGuard interface of namespace ns.
-func Tunnel(ns string) string { return "vc-" + ns }
+func Tunnel(ns string) string { return TunnelPrefix + ns }
 
 // HostVeth is the host side of namespace ns's host link.
-func HostVeth(ns string) string { return "vh-" + ns }
+func HostVeth(ns string) string { return HostVethPrefix + ns }
 
 // NSVeth is the namespace side of namespace ns's host link.
-func NSVeth(ns string) string { return "vn-" + ns }
+func NSVeth(ns string) string { return NSVethPrefix + ns }
 
 // Netns is the bind mount of namespace ns.
 func Netns(ns string) string { return filepath.Join(NetnsDir, ns) }

@@ -3,8 +3,10 @@
 # Evaluates the module with lib.evalModules against small stubs of the NixOS
 # options it reads and sets (systemd.services/sockets, assertions, warnings,
 # boot.*, environment.systemPackages) and a stub `pkgs`. It proves that the
-# module evaluates, shows the units and agent JSON it generates, and checks
-# that every assertion fires on a config made to trip it.
+# module evaluates, shows the units and agent JSON it generates, checks
+# that every NixOS-only assertion fires on a config made to trip it, and
+# lists the configs (buildCases) that the module's build-time
+# `vpn-agent validate` must reject; .ci/nix-check.sh runs the agent on them.
 #
 # It needs only nixpkgs' `lib` (e.g. a checkout of nix-community/nixpkgs.lib;
 # never committed here):
@@ -20,75 +22,24 @@
 }:
 
 let
-  libDir =
-    if builtins.pathExists (toString libPath + "/lib/modules.nix") then
-      toString libPath + "/lib"
-    else
-      toString libPath;
-  lib = import libDir;
+  stubs = import ./stubs.nix { inherit libPath; };
+  inherit (stubs) lib failedAssertions;
   inherit (lib) mkOption types;
-
-  fakeHash = "00000000000000000000000000000000";
-  fakeStorePath = name: "/nix/store/${fakeHash}-${name}";
+  # The directives the module must have taken over (agent/unit/unit.go).
+  units = lib.importJSON ../units.json;
 
   # --- stub pkgs -------------------------------------------------------------
-  pkgs = {
-    vpn-agent = {
-      type = "derivation";
-      name = "vpn-agent-0.1.0";
-      outPath = fakeStorePath "vpn-agent-0.1.0";
-    };
-    formats.json = _: {
-      type = types.anything;
-      generate = name: _value: fakeStorePath name;
-    };
-    runCommand =
-      name: _env: _script:
-      fakeStorePath name;
-    stdenv = {
-      buildPlatform.canExecute = _: true;
-      hostPlatform = { };
-    };
+  pkgs = stubs.modulePkgs // {
+    vpn-agent = stubs.drv "vpn-agent-0.1.0";
   };
 
   # --- stub NixOS options ------------------------------------------------------
-  # Same merge rule as nixos/lib/systemd-unit-options.nix: lists concatenate,
-  # scalars must agree.
-  unitOption = lib.mkOptionType {
-    name = "systemd option";
-    merge =
-      loc: defs:
-      let
-        defs' = lib.filterOverrides defs;
-      in
-      if lib.any (d: builtins.isList d.value) defs' then
-        lib.concatMap (d: lib.toList d.value) defs'
-      else
-        lib.mergeEqualOption loc defs';
-  };
-  listOpt = mkOption {
-    type = types.listOf types.str;
-    default = [ ];
-  };
-  unitSection = mkOption {
-    type = types.attrsOf unitOption;
-    default = { };
-  };
   serviceModule = {
-    options = {
+    options = stubs.unitOptions // {
       description = mkOption {
         type = types.str;
         default = "";
       };
-      wantedBy = listOpt;
-      requiredBy = listOpt;
-      wants = listOpt;
-      requires = listOpt;
-      bindsTo = listOpt;
-      partOf = listOpt;
-      upheldBy = listOpt;
-      after = listOpt;
-      before = listOpt;
       path = mkOption {
         type = types.listOf types.anything;
         default = [ ];
@@ -101,31 +52,13 @@ let
         type = types.lines;
         default = "";
       };
-      serviceConfig = unitSection;
-      unitConfig = unitSection;
     };
   };
   stubModule = {
+    imports = [ { options = stubs.commonOptions; } ];
     options = {
-      assertions = mkOption {
-        type = types.listOf types.unspecified;
-        default = [ ];
-      };
-      warnings = mkOption {
-        type = types.listOf types.str;
-        default = [ ];
-      };
       systemd.services = mkOption {
         type = types.attrsOf (types.submodule serviceModule);
-        default = { };
-      };
-      systemd.sockets = mkOption {
-        type = types.attrsOf (types.submodule { options.socketConfig = unitSection; });
-        default = { };
-      };
-      boot.kernelModules = listOpt;
-      boot.kernel.sysctl = mkOption {
-        type = types.attrsOf types.anything;
         default = { };
       };
       system.etc.overlay.enable = mkOption {
@@ -135,10 +68,6 @@ let
       system.etc.overlay.mutable = mkOption {
         type = types.bool;
         default = true;
-      };
-      environment.systemPackages = mkOption {
-        type = types.listOf types.anything;
-        default = [ ];
       };
     };
   };
@@ -153,8 +82,6 @@ let
         configModule
       ];
     }).config;
-
-  failedAssertions = cfg: map (a: a.message) (lib.filter (a: !a.assertion) cfg.assertions);
 
   # What a unit looks like, without the stub's empty fields.
   showUnit =
@@ -297,90 +224,127 @@ let
     );
   };
 
-  # --- negative cases: each must trip an assertion containing `expect` -------
+  # --- negative cases ------------------------------------------------------------
   base = {
     services.vpnConfinement.enable = true;
+    # A wg-quick file: valid for `validate --static`, which cannot read it.
     services.vpnConfinement.namespaces.vpn = {
-      wireguard.privateKeyFile = "/run/secrets/vpn.key";
+      wireguard.configFile = "/run/secrets/vpn.conf";
     };
   };
   withBase = extra: lib.recursiveUpdate base extra;
+  # Namespace "other" besides "vpn", each given its own settings.
+  twoNamespaces =
+    vpn: other:
+    withBase {
+      services.vpnConfinement.namespaces.vpn = vpn;
+      services.vpnConfinement.namespaces.other = {
+        wireguard.configFile = "/run/secrets/other.conf";
+      }
+      // other;
+    };
+  hostLinkIn = hostAddress: namespaceAddress: extra: {
+    hostLink = {
+      enable = true;
+      inherit hostAddress namespaceAddress;
+    }
+    // extra;
+  };
+  peer = extra: {
+    publicKey = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=";
+    endpoint = "198.51.100.1:51820";
+  } // extra;
 
+  # What only NixOS knows: each must trip a module assertion containing `expect`.
   cases = {
-    name-too-long = {
-      config = withBase { services.vpnConfinement.namespaces.averyveryverylongname.wireguard.privateKeyFile = "/run/k"; };
-      expect = "is 21 characters long; use at most 12";
-    };
-    name-unsafe = {
-      config = withBase { services.vpnConfinement.namespaces."Bad_Name".wireguard.privateKeyFile = "/run/k"; };
-      expect = "must match ^[a-z][a-z0-9-]{0,11}$";
-    };
-    no-tunnel = {
-      config = withBase { services.vpnConfinement.namespaces.empty = { }; };
-      expect = "no tunnel configured";
-    };
     secret-in-store = {
       config = withBase { services.vpnConfinement.namespaces.vpn.wireguard.configFile = "/nix/store/abc-wg.conf"; };
       expect = "points into the world-readable Nix store";
     };
     psk-in-store = {
       config = withBase {
-        services.vpnConfinement.namespaces.vpn.wireguard.peers = [
-          {
-            publicKey = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=";
-            endpoint = "198.51.100.1:51820";
-            presharedKeyFile = "/nix/store/abc-psk";
-          }
-        ];
+        services.vpnConfinement.namespaces.vpn.wireguard.peers = [ (peer { presharedKeyFile = "/nix/store/abc-psk"; }) ];
       };
       expect = "wireguard.peers.0.presharedKeyFile points into the world-readable Nix store";
     };
+    unknown-namespace = {
+      config = withBase {
+        systemd.services.web.vpnConfinement = {
+          enable = true;
+          namespace = "nope";
+        };
+      };
+      expect = "namespace = \"nope\" is not defined";
+    };
+    ambiguous-namespace = {
+      config = twoNamespaces { } { } // {
+        systemd.services.web.vpnConfinement.enable = true;
+      };
+      expect = "there is not exactly one namespace to default to";
+    };
+    module-disabled = {
+      config = withBase {
+        services.vpnConfinement.enable = false;
+        systemd.services.web.vpnConfinement.enable = true;
+      };
+      expect = "would run UNCONFINED";
+    };
+    immutable-etc = {
+      config = withBase {
+        system.etc.overlay = {
+          enable = true;
+          mutable = false;
+        };
+      };
+      expect = "system.etc.overlay.mutable = false makes /etc read-only";
+    };
+  };
+
+  # What the agent checks: the module must not assert (it did before issue
+  # 11), and the build-time check (configDir: one `vpn-agent validate
+  # --static` over every namespace's JSON) must reject it with `expect`.
+  # .ci/nix-check.sh runs the agent on the `files` of each.
+  buildCases = {
+    name-too-long = {
+      config = withBase { services.vpnConfinement.namespaces.averyveryverylongname.wireguard.privateKeyFile = "/run/k"; };
+      expect = "is 21 characters long; use at most 12";
+    };
+    name-unsafe = {
+      config = withBase { services.vpnConfinement.namespaces."Bad_Name".wireguard.privateKeyFile = "/run/k"; };
+      expect = "\"Bad_Name\" has characters that are not allowed";
+    };
+    no-tunnel = {
+      config = withBase { services.vpnConfinement.namespaces.empty = { }; };
+      expect = "no tunnel configured";
+    };
     secret-relative = {
       config = withBase { services.vpnConfinement.namespaces.vpn.wireguard.privateKeyFile = "secrets/vpn.key"; };
-      expect = "is relative; use an absolute runtime path";
+      expect = "wireguard.privateKeyFile: \"secrets/vpn.key\" is relative; use an absolute path";
     };
-    same-subnet = {
+    small-mtu-with-ipv6 = {
       config = withBase {
-        services.vpnConfinement.namespaces.vpn.hostLink = {
-          enable = true;
-          hostAddress = "10.200.1.1/30";
-          namespaceAddress = "10.200.1.2/30";
-        };
-        services.vpnConfinement.namespaces.other = {
-          wireguard.privateKeyFile = "/run/k";
-          hostLink = {
-            enable = true;
-            hostAddress = "10.200.1.1/30";
-            namespaceAddress = "10.200.1.2/30";
-          };
+        services.vpnConfinement.namespaces.vpn = {
+          wireguard.mtu = 1200;
+          ipv6 = "tunnel";
         };
       };
-      expect = "host-link subnets of namespaces \"other\" (10.200.1.1/30) and \"vpn\" (10.200.1.1/30) overlap";
+      expect = "1200 is below the IPv6 minimum MTU";
     };
-    overlapping-subnet = {
+    hostlink-missing-addresses = {
+      config = withBase { services.vpnConfinement.namespaces.vpn.hostLink.enable = true; };
+      expect = "hostLink.hostAddress: missing; set a CIDR";
+    };
+    interface-is-veth = {
       config = withBase {
-        services.vpnConfinement.namespaces.vpn.hostLink = {
-          enable = true;
-          hostAddress = "10.200.0.1/16";
-          namespaceAddress = "10.200.0.2/16";
-        };
-        services.vpnConfinement.namespaces.other = {
-          wireguard.privateKeyFile = "/run/k";
-          hostLink = {
-            enable = true;
-            hostAddress = "10.200.7.5/30";
-            namespaceAddress = "10.200.7.6/30";
-          };
-        };
+        services.vpnConfinement.namespaces.vpn = {
+          interface = "vn-vpn";
+        } // hostLinkIn "10.200.1.1/30" "10.200.1.2/30" { };
       };
-      expect = "overlap; give each namespace its own subnet";
+      expect = "interface: \"vn-vpn\" is the name of the host-link veth";
     };
     port-twice-within = {
       config = withBase {
-        services.vpnConfinement.namespaces.vpn.hostLink = {
-          enable = true;
-          hostAddress = "10.200.1.1/30";
-          namespaceAddress = "10.200.1.2/30";
+        services.vpnConfinement.namespaces.vpn = hostLinkIn "10.200.1.1/30" "10.200.1.2/30" {
           portMappings = [
             {
               from = 8080;
@@ -394,101 +358,94 @@ let
           ];
         };
       };
-      expect = "host port tcp/8080 is claimed more than once";
+      expect = "host port tcp/8080 is already mapped";
+    };
+    # Between namespaces: vpn-agent validate --config A --config B.
+    same-subnet = {
+      config = twoNamespaces (hostLinkIn "10.200.1.1/30" "10.200.1.2/30" { }) (
+        hostLinkIn "10.200.1.1/30" "10.200.1.2/30" { }
+      );
+      expect = "other.json and vpn.json: hostLink.hostAddress: host-link subnets 10.200.1.0/30 and 10.200.1.0/30 overlap; give each namespace its own subnet";
+    };
+    overlapping-subnet = {
+      config = twoNamespaces (hostLinkIn "10.200.0.1/16" "10.200.0.2/16" { }) (
+        hostLinkIn "10.200.7.5/30" "10.200.7.6/30" { }
+      );
+      expect = "host-link subnets 10.200.7.4/30 and 10.200.0.0/16 overlap";
     };
     port-twice-across = {
-      config = withBase {
-        services.vpnConfinement.namespaces.vpn.hostLink = {
-          enable = true;
-          hostAddress = "10.200.1.1/30";
-          namespaceAddress = "10.200.1.2/30";
-          portMappings = [
-            {
-              from = 51820;
-              to = 80;
-              protocol = "udp";
-            }
-          ];
-        };
-        services.vpnConfinement.namespaces.other.wireguard = {
-          privateKeyFile = "/run/k";
-          listenPort = 51820;
-        };
-      };
-      expect = "host port udp/51820 is claimed more than once";
+      config =
+        twoNamespaces
+          (hostLinkIn "10.200.1.1/30" "10.200.1.2/30" {
+            portMappings = [
+              {
+                from = 51820;
+                to = 80;
+                protocol = "udp";
+              }
+            ];
+          })
+          {
+            wireguard = {
+              configFile = "/run/secrets/other.conf";
+              listenPort = 51820;
+            };
+          };
+      expect = "other.json and vpn.json: wireguard.listenPort / hostLink.portMappings: both use host port udp/51820";
     };
     same-interface = {
-      config = withBase {
-        services.vpnConfinement.namespaces.vpn.interface = "wg0";
-        services.vpnConfinement.namespaces.other = {
-          interface = "wg0";
-          wireguard.privateKeyFile = "/run/k";
-        };
-      };
-      expect = "all use the WireGuard interface name \"wg0\"";
-    };
-    unknown-namespace = {
-      config = withBase {
-        systemd.services.web.vpnConfinement = {
-          enable = true;
-          namespace = "nope";
-        };
-      };
-      expect = "namespace = \"nope\" is not defined";
-    };
-    ambiguous-namespace = {
-      config = withBase {
-        services.vpnConfinement.namespaces.other.wireguard.privateKeyFile = "/run/k";
-        systemd.services.web.vpnConfinement.enable = true;
-      };
-      expect = "there is not exactly one namespace to default to";
-    };
-    module-disabled = {
-      config = withBase {
-        services.vpnConfinement.enable = false;
-        systemd.services.web.vpnConfinement.enable = true;
-      };
-      expect = "would run UNCONFINED";
-    };
-    small-mtu-with-ipv6 = {
-      config = withBase {
-        services.vpnConfinement.namespaces.vpn = {
-          wireguard.mtu = 1200;
-          ipv6 = "tunnel";
-        };
-      };
-      expect = "is below the IPv6 minimum (1280); set ipv6 = \"block\"";
-    };
-    immutable-etc = {
-      config = withBase {
-        system.etc.overlay = {
-          enable = true;
-          mutable = false;
-        };
-      };
-      expect = "system.etc.overlay.mutable = false makes /etc read-only";
-    };
-    hostlink-missing-addresses = {
-      config = withBase { services.vpnConfinement.namespaces.vpn.hostLink.enable = true; };
-      expect = "set hostAddress and namespaceAddress";
+      config = twoNamespaces { interface = "wg0"; } { interface = "wg0"; };
+      expect = "other.json and vpn.json: interface: both use the interface name \"wg0\"";
     };
   };
 
   caseFailures = lib.concatLists (
     lib.mapAttrsToList (
       name: c:
-      if c.expect == null then
-        [ ]
-      else
-        let
-          msgs = failedAssertions (eval c.config);
-        in
-        lib.optional (!lib.any (m: lib.hasInfix c.expect m) msgs)
-          "case ${name}: expected an assertion containing '${c.expect}', got: ${builtins.toJSON msgs}"
+      let
+        msgs = failedAssertions (eval c.config);
+      in
+      lib.optional (!lib.any (m: lib.hasInfix c.expect m) msgs)
+        "case ${name}: expected an assertion containing '${c.expect}', got: ${builtins.toJSON msgs}"
     ) cases
   );
 
+  # The build-time check of a configuration: the files it validates and
+  # the command line (every namespace in one `vpn-agent validate`).
+  buildCheck =
+    cfg:
+    let
+      vc = cfg.services.vpnConfinement;
+    in
+    {
+      files = lib.mapAttrs' (name: ns: lib.nameValuePair "${name}.json" ns.generatedConfig) vc.namespaces;
+      inherit (vc.configDir) script;
+      validate = map (n: "--config ${lib.escapeShellArg "${n}.json"}") (lib.attrNames vc.namespaces);
+    };
+  buildReports = lib.mapAttrs (
+    _: c:
+    let
+      cfg = eval c.config;
+    in
+    buildCheck cfg
+    // {
+      inherit (c) expect;
+      assertions = failedAssertions cfg;
+    }
+  ) buildCases;
+  buildCaseFailures = lib.concatLists (
+    lib.mapAttrsToList (
+      name: r:
+      lib.optional (r.assertions != [ ]) "build case ${name}: the module asserts (${builtins.toJSON r.assertions}); the agent's check should find it"
+      ++ lib.optional (
+        !lib.hasInfix "vpn-agent validate --static ${lib.concatStringsSep " " r.validate}" r.script
+      ) "build case ${name}: configDir does not validate all namespaces in one call: ${r.script}"
+    ) buildReports
+  );
+
   # Properties of the example that the VM tests and the dist/ twin rely on.
+  # The directives come from units.json; the literal values check that the
+  # module fills its placeholders.
   exampleChecks =
     let
       u = example.systemd.services;
@@ -505,6 +462,8 @@ let
       (expectEq "transmission NetworkNamespacePath" t.NetworkNamespacePath "/run/netns/proton")
       (expectEq "transmission bindsTo" u.transmission.bindsTo [ "vpn-agent-proton.service" ])
       (expectEq "transmission after" u.transmission.after [ "vpn-agent-proton.service" ])
+      (expectEq "transmission partOf" u.transmission.partOf [ "vpn-agent-proton.service" ])
+      (expectEq "transmission upheldBy" u.transmission.upheldBy [ "vpn-agent-proton.service" ])
       (expectEq "transmission RestrictNetworkInterfaces" t.RestrictNetworkInterfaces [
         "lo"
         "vc-proton"
@@ -518,20 +477,27 @@ let
         "/etc/netns/proton/resolv.conf:/etc/resolv.conf"
         "/etc/netns/proton/nsswitch.conf:/etc/nsswitch.conf"
       ])
-      (expectEq "transmission InaccessiblePaths" t.InaccessiblePaths [
-        "-/run/nscd"
-        "-/var/run/nscd"
-        "-/run/systemd/resolve/io.systemd.Resolve"
-        "-/run/systemd/resolve/io.systemd.Resolve.Monitor"
-        "-/run/dbus/system_bus_socket"
-      ])
+      (expectEq "transmission serviceConfig keys" (lib.attrNames t) (lib.attrNames units.confined.Service))
+      (expectEq "transmission InaccessiblePaths" t.InaccessiblePaths units.confined.Service.InaccessiblePaths)
       (expectEq "agent before" u.vpn-agent-proton.before [ "transmission.service" ])
+      (expectEq "agent after" u.vpn-agent-proton.after units.agent.Unit.After)
+      (expectEq "agent wants" u.vpn-agent-proton.wants units.agent.Unit.Wants)
+      (expectEq "agent wantedBy" u.vpn-agent-proton.wantedBy units.agent.Install.WantedBy)
+      (expectEq "agent description" u.vpn-agent-proton.description "VPN confinement namespace proton (WireGuard tunnel and kill switch)")
+      (expectEq "agent serviceConfig (but ExecStart)" (removeAttrs a [ "ExecStart" ]) (
+        removeAttrs units.agent.Service [ "ExecStart" ]
+      ))
+      (expectEq "agent ExecStart" a.ExecStart "${pkgs.vpn-agent}/bin/vpn-agent run --config ${example.services.vpnConfinement.configDir}/proton.json")
       (expectEq "agent Type" a.Type "notify")
       (expectEq "agent PrivateTmp" a.PrivateTmp false)
       (expectEq "agent has no ProtectKernelTunables" (a ? ProtectKernelTunables) false)
       (expectEq "agent has no ReadWritePaths" (a ? ReadWritePaths) false)
       (expectEq "kernel modules (no kernel backend in the example)" example.boot.kernelModules [ ])
       (expectEq "ip_forward" example.boot.kernel.sysctl."net.ipv4.ip_forward" 1)
+      (expectEq "build check of the example" (buildCheck example).validate [
+        "--config mullvad.json"
+        "--config proton.json"
+      ])
     ];
 
   # bypassResolverIsolation drops InaccessiblePaths and warns.
@@ -560,5 +526,14 @@ in
   example = exampleReport;
   # The assertion messages each negative case produces (for reading).
   caseMessages = lib.mapAttrs (_: c: failedAssertions (eval c.config)) cases;
-  failures = caseFailures ++ exampleChecks ++ bypassChecks ++ kernelChecks;
+  # name -> { files = { "NAME.json" = config; }; expect; ... }: what the
+  # build-time check validates, for .ci/nix-check.sh to run the agent on.
+  # The example passes it (expect = null), the positive control.
+  buildCases = buildReports // {
+    example = buildCheck example // {
+      expect = null;
+      assertions = [ ];
+    };
+  };
+  failures = caseFailures ++ buildCaseFailures ++ exampleChecks ++ bypassChecks ++ kernelChecks;
 }

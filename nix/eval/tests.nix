@@ -14,20 +14,9 @@
 { libPath }:
 
 let
-  libDir =
-    if builtins.pathExists (toString libPath + "/lib/modules.nix") then
-      toString libPath + "/lib"
-    else
-      toString libPath;
-  lib = import libDir;
+  stubs = import ./stubs.nix { inherit libPath; };
+  inherit (stubs) lib drv;
   inherit (lib) types mkOption;
-
-  fakeHash = "00000000000000000000000000000000";
-  drv = name: {
-    type = "derivation";
-    inherit name;
-    outPath = "/nix/store/${fakeHash}-${name}";
-  };
 
   # Packages the tests use (names checked against nixpkgs by hand).
   packageNames = [
@@ -48,24 +37,16 @@ let
     "vpn-bench"
     "wireguard-tools"
   ];
-  pkgs = lib.genAttrs packageNames drv // {
-    inherit lib;
-    writeText = name: text: builtins.seq text (drv name);
-    writeTextDir = path: text: builtins.seq text (drv (baseNameOf path));
-    writeShellScript = name: text: builtins.seq text (drv name);
-    testers.runNixOSTest = t: t;
-    formats.json = _: {
-      type = types.anything;
-      generate = name: _: drv name;
+  pkgs =
+    lib.genAttrs packageNames drv
+    // stubs.modulePkgs
+    // {
+      inherit lib;
+      writeText = name: text: builtins.seq text (drv name);
+      writeTextDir = path: text: builtins.seq text (drv (baseNameOf path));
+      writeShellScript = name: text: builtins.seq text (drv name);
+      testers.runNixOSTest = t: t;
     };
-    runCommand =
-      name: _: _:
-      drv name;
-    stdenv = {
-      buildPlatform.canExecute = _: true;
-      hostPlatform = { };
-    };
-  };
 
   # Freeform values: attrsets merge recursively, lists concatenate, other
   # values must agree.
@@ -80,69 +61,18 @@ let
       else
         lib.mergeEqualOption loc defs;
   };
-  unitOption = lib.mkOptionType {
-    name = "systemd option";
-    merge =
-      loc: defs:
-      let
-        defs' = lib.filterOverrides defs;
-      in
-      if lib.any (d: builtins.isList d.value) defs' then
-        lib.concatMap (d: lib.toList d.value) defs'
-      else
-        lib.mergeEqualOption loc defs';
-  };
-  listOpt = mkOption {
-    type = types.listOf types.str;
-    default = [ ];
-  };
-  section = mkOption {
-    type = types.attrsOf unitOption;
-    default = { };
-  };
   nixosStub = {
     freeformType = types.attrsOf loose;
+    imports = [ { options = stubs.commonOptions; } ];
     options = {
-      assertions = mkOption {
-        type = types.listOf types.unspecified;
-        default = [ ];
-      };
-      warnings = mkOption {
-        type = types.listOf types.str;
-        default = [ ];
-      };
       systemd.services = mkOption {
         type = types.attrsOf (
           types.submodule {
             freeformType = types.attrsOf loose;
-            options = {
-              wantedBy = listOpt;
-              wants = listOpt;
-              requires = listOpt;
-              bindsTo = listOpt;
-              partOf = listOpt;
-              upheldBy = listOpt;
-              after = listOpt;
-              before = listOpt;
-              serviceConfig = section;
-              unitConfig = section;
-            };
+            options = stubs.unitOptions;
           }
         );
         default = { };
-      };
-      systemd.sockets = mkOption {
-        type = types.attrsOf (types.submodule { options.socketConfig = section; });
-        default = { };
-      };
-      boot.kernelModules = listOpt;
-      boot.kernel.sysctl = mkOption {
-        type = types.attrsOf loose;
-        default = { };
-      };
-      environment.systemPackages = mkOption {
-        type = types.listOf types.anything;
-        default = [ ];
       };
     };
   };
@@ -170,6 +100,13 @@ let
 
   nodeConfigs = lib.mapAttrs (_: t: lib.mapAttrs (_: evalNode) t.nodes) tests;
 
+  agentConfigs = lib.mapAttrs (
+    _: nodes:
+    lib.mapAttrs (_: cfg: lib.mapAttrs (_: ns: ns.generatedConfig) cfg.services.vpnConfinement.namespaces) (
+      lib.filterAttrs (_: cfg: cfg ? services && cfg.services ? vpnConfinement) nodes
+    )
+  ) nodeConfigs;
+
   failures = lib.concatLists (
     lib.mapAttrsToList (
       test: nodes:
@@ -177,7 +114,7 @@ let
         lib.mapAttrsToList (
           node: cfg:
           let
-            failed = map (a: a.message) (lib.filter (a: !a.assertion) cfg.assertions);
+            failed = stubs.failedAssertions cfg;
           in
           # Force the whole configuration: every definition must evaluate.
           builtins.deepSeq (builtins.toJSON cfg) (
@@ -197,10 +134,22 @@ in
     script = t.testScript;
   }) tests;
   # The generated agent configs of every host node.
-  agentConfigs = lib.mapAttrs (
-    _: nodes:
-    lib.mapAttrs (_: cfg: lib.mapAttrs (_: ns: ns.generatedConfig) cfg.services.vpnConfinement.namespaces) (
-      lib.filterAttrs (_: cfg: cfg ? services && cfg.services ? vpnConfinement) nodes
+  inherit agentConfigs;
+  # "test/node" -> what the module's build-time check validates, in the
+  # shape of nix/eval's buildCases: every node's configs must pass together.
+  buildCases = lib.listToAttrs (
+    lib.concatLists (
+      lib.mapAttrsToList (
+        test: nodes:
+        lib.mapAttrsToList (node: configs: {
+          name = "${test}/${node}";
+          value = {
+            files = lib.mapAttrs' (n: lib.nameValuePair "${n}.json") configs;
+            validate = map (n: "--config ${n}.json") (lib.attrNames configs);
+            expect = null;
+          };
+        }) (lib.filterAttrs (_: c: c != { }) nodes)
+      ) agentConfigs
     )
-  ) nodeConfigs;
+  );
 }

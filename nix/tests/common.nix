@@ -406,17 +406,7 @@ rec {
       systemd.services."plainprobe@" = probeUnit false;
 
       # A long-running confined service (BindsTo semantics).
-      systemd.services.confined-sleep = {
-        wantedBy = [ "multi-user.target" ];
-        vpnConfinement = {
-          enable = true;
-          namespace = "vpn";
-        };
-        serviceConfig = {
-          DynamicUser = true;
-          ExecStart = "${pkgs.coreutils}/bin/sleep infinity";
-        };
-      };
+      systemd.services.confined-sleep = confined "${pkgs.coreutils}/bin/sleep infinity";
 
       environment.systemPackages = with pkgs; [
         curl
@@ -427,6 +417,57 @@ rec {
         tcpdump
         wireguard-tools
       ];
+    };
+
+  # A confined service of namespace "vpn" that runs ExecStart as a dynamic
+  # user, started at boot.
+  confined = execStart: {
+    wantedBy = [ "multi-user.target" ];
+    vpnConfinement = {
+      enable = true;
+      namespace = "vpn";
+    };
+    serviceConfig = {
+      DynamicUser = true;
+      ExecStart = execStart;
+    };
+  };
+
+  # The topology every test uses: `provider` and `host` (namespace "vpn"),
+  # with hostArgs/providerArgs for their functions above, hostConfig and
+  # providerConfig as modules on top, and any further `nodes`. The script
+  # runs once the provider's services are up and the host's agent is ready.
+  mkTest =
+    {
+      name,
+      hostArgs ? { },
+      hostConfig ? { },
+      providerArgs ? { },
+      providerConfig ? { },
+      nodes ? { },
+      script,
+    }:
+    pkgs.testers.runNixOSTest {
+      name = "vpn-confinement-${name}";
+      nodes = nodes // {
+        provider.imports = [
+          (provider providerArgs)
+          providerConfig
+        ];
+        host.imports = [
+          (host hostArgs)
+          hostConfig
+        ];
+      };
+      testScript = ''
+        ${pyHelpers}
+
+        start_all()
+        wait_provider(provider)
+        host.wait_for_unit("vpn-agent-vpn.service")
+
+      ''
+      + script;
     };
 
   # Python helpers prepended to every testScript.
@@ -455,6 +496,14 @@ rec {
         ).strip()
 
 
+    def stop_capture_no_leaks(machine, name):
+        """Stop a capture: it must hold WireGuard packets and no leak (LEAK_BPF)."""
+        stop_capture(machine, name)
+        leaks = captured(machine, name, LEAK_BPF)
+        assert leaks == "", f"plaintext from the confined service on the uplink ({name}):\n{leaks}"
+        assert captured(machine, name, WG_BPF) != "", f"the capture {name} saw no WireGuard packets"
+
+
     def probe(machine, what, unit="probe"):
         machine.succeed(f"systemctl start {unit}@{what}.service")
         return machine.succeed(f"cat /run/probe-out/{what}")
@@ -463,6 +512,14 @@ rec {
     def wait_probe(machine, what, timeout=180):
         machine.wait_until_succeeds(f"systemctl start probe@{what}.service", timeout=timeout)
         return machine.succeed(f"cat /run/probe-out/{what}")
+
+
+    def crash_agent(machine):
+        """SIGKILL the agent: namespace and kill switch stay; Restart= brings it back."""
+        machine.succeed("systemctl kill --signal=SIGKILL vpn-agent-vpn.service")
+        machine.succeed("test -e /run/netns/vpn")
+        machine.succeed("ip netns exec vpn nft list table inet vpn-confinement >/dev/null")
+        machine.wait_until_succeeds("systemctl is-active vpn-agent-vpn.service")
 
 
     def wait_provider(provider):

@@ -4,24 +4,16 @@
 let
   inherit (common) net;
 in
-pkgs.testers.runNixOSTest {
-  name = "vpn-confinement-dns";
+common.mkTest {
+  name = "dns";
 
-  nodes.provider = common.provider { };
-  nodes.host =
+  hostConfig =
     { ... }:
     {
-      imports = [ (common.host { }) ];
       services.nscd.enable = true; # the default, made explicit
     };
 
-  testScript = ''
-    ${common.pyHelpers}
-
-    start_all()
-    wait_provider(provider)
-    host.wait_for_unit("vpn-agent-vpn.service")
-
+  script = ''
     with subtest("nscd runs on the host and answers from the uplink resolver"):
         host.wait_for_unit("nscd.service")
         host.succeed("test -S /run/nscd/socket")

@@ -4,14 +4,13 @@
 let
   inherit (common) net;
 in
-pkgs.testers.runNixOSTest {
-  name = "vpn-confinement-ipv6-mtu";
+common.mkTest {
+  name = "ipv6-mtu";
 
-  nodes.provider = common.provider { wgMtu = 1280; };
-  nodes.host =
+  providerArgs = { wgMtu = 1280; };
+  hostConfig =
     { ... }:
     {
-      imports = [ (common.host { }) ];
       services.vpnConfinement.namespaces.vpn = {
         backend = "kernel";
         ipv6 = "tunnel";
@@ -25,13 +24,8 @@ pkgs.testers.runNixOSTest {
       };
     };
 
-  testScript = ''
-    ${common.pyHelpers}
-
-    start_all()
-    wait_provider(provider)
+  script = ''
     provider.wait_for_unit("make-blob.service")
-    host.wait_for_unit("vpn-agent-vpn.service")
 
     with subtest("the tunnel has MTU 1280 and an IPv6 address"):
         host.succeed("ip -n vpn link show vc-vpn | grep -q 'mtu 1280'")

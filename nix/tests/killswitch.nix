@@ -5,18 +5,10 @@
 let
   inherit (common) net;
 in
-pkgs.testers.runNixOSTest {
-  name = "vpn-confinement-killswitch";
+common.mkTest {
+  name = "killswitch";
 
-  nodes.provider = common.provider { };
-  nodes.host = common.host { };
-
-  testScript = ''
-    ${common.pyHelpers}
-
-    start_all()
-    wait_provider(provider)
-    host.wait_for_unit("vpn-agent-vpn.service")
+  script = ''
     host.wait_for_unit("confined-sleep.service")
     assert "client=${net.tunHost}" in wait_probe(host, "http")
 
@@ -31,10 +23,7 @@ pkgs.testers.runNixOSTest {
         host.fail("systemctl start probe@uplink.service")
         host.fail("systemctl start probe@dns.service")
         host.fail("systemctl start probe@dns-direct.service")
-        stop_capture(host, "outage")
-        leaks = captured(host, "outage", LEAK_BPF)
-        assert leaks == "", f"the confined service leaked onto the uplink:\n{leaks}"
-        assert captured(host, "outage", WG_BPF) != "", "the capture saw no WireGuard packets at all"
+        stop_capture_no_leaks(host, "outage")
         # The uplink resolver never heard from the namespace.
         provider.fail("journalctl -u dns-uplink.service -o cat | grep -q 'from ${net.tunHost}'")
 
@@ -43,11 +32,8 @@ pkgs.testers.runNixOSTest {
         assert "client=${net.tunHost}" in wait_probe(host, "http")
 
     with subtest("a crashed agent leaves the kill switch and namespace in place"):
-        host.succeed("systemctl kill --signal=SIGKILL vpn-agent-vpn.service")
-        host.succeed("test -e /run/netns/vpn")
-        host.succeed("ip netns exec vpn nft list table inet vpn-confinement >/dev/null")
         # Restart=on-failure brings it back (and it adopts the namespace).
-        host.wait_until_succeeds("systemctl is-active vpn-agent-vpn.service")
+        crash_agent(host)
         assert "client=${net.tunHost}" in wait_probe(host, "http")
 
     with subtest("stopping the agent stops the confined services"):

@@ -7,15 +7,12 @@ let
   webRoot = pkgs.writeTextDir "index.html" "confined-web-ok\n";
   lanRoot = pkgs.writeTextDir "index.html" "lan-web\n";
 in
-pkgs.testers.runNixOSTest {
-  name = "vpn-confinement-portmap";
+common.mkTest {
+  name = "portmap";
 
-  nodes.provider = common.provider { };
-
-  nodes.host =
+  hostConfig =
     { pkgs, ... }:
     {
-      imports = [ (common.host { }) ];
       services.vpnConfinement.namespaces.vpn.hostLink = {
         enable = true;
         hostAddress = "10.200.1.1/30";
@@ -28,17 +25,7 @@ pkgs.testers.runNixOSTest {
           }
         ];
       };
-      systemd.services.confined-web = {
-        wantedBy = [ "multi-user.target" ];
-        vpnConfinement = {
-          enable = true;
-          namespace = "vpn";
-        };
-        serviceConfig = {
-          DynamicUser = true;
-          ExecStart = "${pkgs.python3}/bin/python3 -m http.server 8000 --bind 0.0.0.0 --directory ${webRoot}";
-        };
-      };
+      systemd.services.confined-web = common.confined "${pkgs.python3}/bin/python3 -m http.server 8000 --bind 0.0.0.0 --directory ${webRoot}";
     };
 
   nodes.client =
@@ -71,12 +58,7 @@ pkgs.testers.runNixOSTest {
       environment.systemPackages = [ pkgs.curl ];
     };
 
-  testScript = ''
-    ${common.pyHelpers}
-
-    start_all()
-    wait_provider(provider)
-    host.wait_for_unit("vpn-agent-vpn.service")
+  script = ''
     host.wait_for_unit("confined-web.service")
     client.wait_for_unit("lan-web.service")
     client.wait_for_open_port(80)

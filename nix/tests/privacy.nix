@@ -17,18 +17,16 @@ let
     incomplete-dir-enabled = false;
   };
 in
-pkgs.testers.runNixOSTest {
-  name = "vpn-confinement-privacy";
+common.mkTest {
+  name = "privacy";
 
-  nodes.provider =
+  providerArgs = {
+    wgMtu = 1200;
+    uplinkMtu = 1300;
+  };
+  providerConfig =
     { pkgs, ... }:
     {
-      imports = [
-        (common.provider {
-          wgMtu = 1200;
-          uplinkMtu = 1300;
-        })
-      ];
       # The seeder.
       services.transmission = {
         enable = true;
@@ -37,10 +35,10 @@ pkgs.testers.runNixOSTest {
       };
     };
 
-  nodes.host =
+  hostArgs = { uplinkMtu = 1300; };
+  hostConfig =
     { pkgs, ... }:
     {
-      imports = [ (common.host { uplinkMtu = 1300; }) ];
       services.vpnConfinement.namespaces.vpn = {
         ipv6 = "block";
         wireguard.mtu = 1200;
@@ -66,14 +64,9 @@ pkgs.testers.runNixOSTest {
       };
     };
 
-  testScript = ''
-    ${common.pyHelpers}
-
-    start_all()
-    wait_provider(provider)
+  script = ''
     provider.wait_for_unit("tracker.service")
     provider.wait_for_unit("transmission.service")
-    host.wait_for_unit("vpn-agent-vpn.service")
     host.wait_for_unit("transmission.service")
 
     with subtest("small underlay: uplink MTU 1300, tunnel MTU 1200"):

@@ -17,15 +17,12 @@ let
     PersistentKeepalive = 5
   '';
 in
-pkgs.testers.runNixOSTest {
-  name = "vpn-confinement-userspace";
+common.mkTest {
+  name = "userspace";
 
-  nodes.provider = common.provider { };
-
-  nodes.host =
+  hostConfig =
     { pkgs, ... }:
     {
-      imports = [ (common.host { }) ];
       boot.blacklistedKernelModules = [ "wireguard" ];
       boot.extraModprobeConfig = ''
         install wireguard ${pkgs.coreutils}/bin/false
@@ -47,13 +44,7 @@ pkgs.testers.runNixOSTest {
       };
     };
 
-  testScript = ''
-    ${common.pyHelpers}
-
-    start_all()
-    wait_provider(provider)
-    host.wait_for_unit("vpn-agent-vpn.service")
-
+  script = ''
     with subtest("no kernel WireGuard on the host"):
         host.fail("modprobe wireguard")
         host.succeed("test ! -e /sys/module/wireguard")
@@ -67,19 +58,14 @@ pkgs.testers.runNixOSTest {
         start_capture(host, "eth1", "userspace")
         assert "client=${net.tunHost}" in wait_probe(host, "http")
         assert "${net.target}" in probe(host, "dns")
-        stop_capture(host, "userspace")
-        leaks = captured(host, "userspace", LEAK_BPF)
-        assert leaks == "", f"plaintext on the uplink:\n{leaks}"
-        assert captured(host, "userspace", WG_BPF) != "", "no WireGuard traffic captured"
+        stop_capture_no_leaks(host, "userspace")
         host.succeed("ip netns exec vpn wg show vc-vpn latest-handshakes | awk '{ exit !($2 > 0) }'")
 
     with subtest("an unconfined service is unaffected"):
         assert "client=${net.host}" in probe(host, "http", unit="plainprobe")
 
     with subtest("the kill switch holds when the userspace tunnel dies with the agent"):
-        host.succeed("systemctl kill --signal=SIGKILL vpn-agent-vpn.service")
-        host.succeed("ip netns exec vpn nft list table inet vpn-confinement >/dev/null")
-        host.wait_until_succeeds("systemctl is-active vpn-agent-vpn.service")
+        crash_agent(host)
         assert "client=${net.tunHost}" in wait_probe(host, "http")
   '';
 }

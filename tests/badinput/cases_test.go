@@ -258,3 +258,93 @@ func TestSnapshotSeesChanges(t *testing.T) {
 		t.Errorf("down left traces:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
+
+// conflictCase is two configs that each pass validation but clash when
+// checked together (`validate --config A --config B`): the cross-namespace
+// checks NixOS used to do in Nix.
+type conflictCase struct {
+	name, field string
+	a, b        func(m map[string]any)
+}
+
+func hostLinkOf(n int, maps ...map[string]any) map[string]any {
+	h := map[string]any{"enable": true, "hostAddress": fmt.Sprintf("10.200.%d.1/30", n), "namespaceAddress": fmt.Sprintf("10.200.%d.2/30", n)}
+	if len(maps) > 0 {
+		h["portMappings"] = maps
+	}
+	return h
+}
+
+var conflictCases = []conflictCase{
+	{"same namespace name", "name", nil, func(m map[string]any) { m["name"] = "bicfa" }},
+	{"same interface name", "interface",
+		func(m map[string]any) { m["interface"] = "wg-shared" }, func(m map[string]any) { m["interface"] = "wg-shared" }},
+	{"interface is the other's veth", "interface",
+		func(m map[string]any) { m["hostLink"] = hostLinkOf(1) }, func(m map[string]any) { m["interface"] = "vn-bicfa" }},
+	{"same host port", "hostLink.portMappings",
+		func(m map[string]any) { m["hostLink"] = hostLinkOf(1, map[string]any{"from": 8080, "to": 80}) },
+		func(m map[string]any) {
+			m["hostLink"] = hostLinkOf(2, map[string]any{"from": 8080, "to": 81, "protocol": "both"})
+		}},
+	{"host port is the other's listen port", "wireguard.listenPort",
+		func(m map[string]any) { m["wireguard"].(map[string]any)["listenPort"] = 51820 },
+		func(m map[string]any) {
+			m["hostLink"] = hostLinkOf(2, map[string]any{"from": 51820, "to": 80, "protocol": "udp"})
+		}},
+	{"same host-link subnet", "hostLink.hostAddress",
+		func(m map[string]any) { m["hostLink"] = hostLinkOf(1) }, func(m map[string]any) { m["hostLink"] = hostLinkOf(1) }},
+	{"overlapping host-link subnets", "hostLink.hostAddress",
+		func(m map[string]any) {
+			m["hostLink"] = map[string]any{"enable": true, "hostAddress": "10.200.0.1/16", "namespaceAddress": "10.200.0.2/16"}
+		},
+		func(m map[string]any) { m["hostLink"] = hostLinkOf(7) }},
+}
+
+// TestConflicts: each pair fails `validate` with exit 2 and one line that
+// names both files and the field, while each file alone passes; nothing
+// on the system changes.
+func TestConflicts(t *testing.T) {
+	host := hostNS(t)
+	for _, tc := range conflictCases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			k := newKeys(t)
+			wg := filepath.Join(dir, "wg.conf")
+			write(t, wg, wgQuick(k), 0o600)
+			var files []string
+			for i, edit := range []func(map[string]any){tc.a, tc.b} {
+				m := map[string]any{"name": []string{"bicfa", "bicfb"}[i], "wireguard": map[string]any{"configFile": wg}}
+				if edit != nil {
+					edit(m)
+				}
+				b, _ := json.Marshal(m)
+				f := filepath.Join(dir, []string{"a.json", "b.json"}[i])
+				write(t, f, string(b), 0o644)
+				if rc, _, errs := agent(t, host, "validate", "--config", f); rc != 0 {
+					t.Fatalf("%s alone: rc=%d %s", f, rc, errs)
+				}
+				files = append(files, f)
+			}
+			before := snapshot(t, host, "bicf")
+			rc, stdout, stderr := agent(t, host, "validate", "--config", files[0], "--config", files[1])
+			msg := strings.TrimRight(stderr, "\n")
+			if rc != 2 {
+				t.Errorf("exit %d, want 2; stderr %q stdout %q", rc, stderr, stdout)
+			}
+			if strings.Count(msg, "\n") != 0 || !strings.HasPrefix(msg, "vpn-agent: ") {
+				t.Errorf("want exactly one error line, got %q", stderr)
+			}
+			for _, want := range []string{files[0], files[1], tc.field} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not name %q", msg, want)
+				}
+			}
+			if strings.Contains(stderr+stdout, k.priv) {
+				t.Errorf("output echoes the private key")
+			}
+			if after := snapshot(t, host, "bicf"); after != before {
+				t.Errorf("validate changed the system:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+}

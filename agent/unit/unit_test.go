@@ -1,0 +1,89 @@
+package unit
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
+)
+
+// TestGenerated fails when a committed generated file differs from what
+// the directives in this package render.
+func TestGenerated(t *testing.T) {
+	for path, want := range Files() {
+		file := filepath.Join("..", "..", path)
+		if _, err := os.Stat(filepath.Dir(file)); os.IsNotExist(err) {
+			t.Logf("%s: not in this source tree (a build's file set), not compared", path)
+			continue
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Errorf("%s: %v; run go generate ./agent/unit", path, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is stale: it differs from agent/unit/unit.go; run go generate ./agent/unit", path)
+		}
+	}
+}
+
+// Every directive says why it exists (StartLimitBurst shares its
+// interval's comment).
+func TestEveryDirectiveHasWhy(t *testing.T) {
+	for name, u := range map[string]Unit{"agent": Agent(), "confined": Confined(), "upholds": Upholds()} {
+		for _, s := range u {
+			for _, d := range s.Directives {
+				if d.Why == "" && d.Key != "StartLimitBurst" {
+					t.Errorf("%s [%s] %s has no Why", name, s.Name, d.Key)
+				}
+			}
+		}
+	}
+}
+
+func TestDropIn(t *testing.T) {
+	got := DropIn("proton", "vc-proton", "", "vpn-agent@proton.service")
+	for _, want := range []string{
+		"BindsTo=vpn-agent@proton.service\n",
+		"After=vpn-agent@proton.service\n",
+		"PartOf=vpn-agent@proton.service\n",
+		"NetworkNamespacePath=/run/netns/proton\n",
+		"BindReadOnlyPaths=/etc/netns/proton/resolv.conf:/etc/resolv.conf /etc/netns/proton/nsswitch.conf:/etc/nsswitch.conf\n",
+		"InaccessiblePaths=-" + strings.Join(names.HostResolverIPC, " -") + "\n",
+		"RestrictNetworkInterfaces=lo vc-proton\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("drop-in lacks %q:\n%s", want, got)
+		}
+	}
+	if got := DropIn("p", "wg0", "vn-p", "a.service"); !strings.Contains(got, "RestrictNetworkInterfaces=lo wg0 vn-p\n") {
+		t.Errorf("host link veth missing:\n%s", got)
+	}
+	if strings.Contains(got, "{") {
+		t.Errorf("unfilled placeholder:\n%s", got)
+	}
+}
+
+func TestRenderValues(t *testing.T) {
+	got := Render(Agent(), Vars{"name": "x", "vpnAgent": "/bin/va", "config": "/c.json"}, false)
+	for _, want := range []string{
+		"PrivateTmp=no\n", "NoNewPrivileges=yes\n", "StartLimitBurst=10\n",
+		"SystemCallFilter=@system-service\nSystemCallFilter=@mount\nSystemCallFilter=~@cpu-emulation",
+		"ExecStart=/bin/va run --config /c.json\n",
+		"After=network-online.target nftables.service firewall.service firewalld.service\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("agent unit lacks %q", want)
+		}
+	}
+}
+
+func TestUpholdDropIn(t *testing.T) {
+	got := UpholdDropIn("vpn-agent@p.service", []string{"a.service", "b.service"})
+	if !strings.Contains(got, "[Unit]\nUpholds=a.service b.service\n") || !strings.Contains(got, "vpn-agent@p.service.d/upholds.conf") {
+		t.Errorf("got:\n%s", got)
+	}
+}
