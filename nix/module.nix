@@ -26,6 +26,7 @@ let
     concatLists
     concatMapStringsSep
     concatStringsSep
+    elem
     filter
     filterAttrs
     flatten
@@ -637,8 +638,9 @@ in
               type = types.bool;
               default = false;
               description = ''
-                Do not hide /run/nscd, /run/systemd/resolve and the D-Bus system
-                bus from the service. Those daemons resolve names on the host,
+                Do not hide nscd, systemd-resolved's sockets and the D-Bus
+                system bus from the service (userspace WireGuard's control
+                sockets stay hidden). Those daemons resolve names on the host,
                 outside the tunnel, so this permits DNS leaks; a warning is
                 emitted. Only for services that need the system bus and do
                 their own DNS.
@@ -663,9 +665,16 @@ in
               # explicit restarts). NixOS declares it here, as the agent's
               # Upholds= (elsewhere: `vpn-agent unit NAME --upholds`).
               upheldBy = [ agent ];
-              serviceConfig = removeAttrs u.serviceConfig (
-                optional vc.bypassResolverIsolation "InaccessiblePaths"
-              );
+              serviceConfig =
+                if vc.bypassResolverIsolation then
+                  u.serviceConfig
+                  // {
+                    InaccessiblePaths = filter (
+                      p: !(elem p units.hostResolverIPC)
+                    ) u.serviceConfig.InaccessiblePaths;
+                  }
+                else
+                  u.serviceConfig;
             }
           );
         }

@@ -99,6 +99,15 @@ func jsonUnit(u Unit) map[string]map[string]any {
 	return out
 }
 
+// dashed prefixes each path with "-" (absent on the host is fine).
+func dashed(ps []string) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = "-" + p
+	}
+	return out
+}
+
 func nixJSON() []byte {
 	doc := map[string]any{
 		"_generated": Generated,
@@ -112,8 +121,10 @@ func nixJSON() []byte {
 			"maxNameLen":           names.MaxNameLen,
 			"nixosAgentUnitPrefix": NixOSAgentUnitPrefix,
 		},
-		"agent":    jsonUnit(Agent()),
-		"confined": jsonUnit(Confined()),
+		// The InaccessiblePaths entries bypassResolverIsolation drops.
+		"hostResolverIPC": dashed(names.HostResolverIPC),
+		"agent":           jsonUnit(Agent()),
+		"confined":        jsonUnit(Confined()),
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

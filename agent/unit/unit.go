@@ -162,10 +162,7 @@ func Confined() Unit {
 	for _, f := range names.ResolverFiles {
 		binds = append(binds, names.ResolverDir("{name}")+"/"+f+":/etc/"+f)
 	}
-	var hidden []string
-	for _, p := range names.HostResolverIPC {
-		hidden = append(hidden, "-"+p) // "-": absent on this host is fine
-	}
+	hidden := dashed(names.Hidden())
 	return Unit{
 		{"Unit", []Directive{
 			{Key: "BindsTo", Value: []string{"{agent}"},
@@ -187,8 +184,10 @@ func Confined() Unit {
 					"systemd-resolved, and D-Bus through which resolved is also reachable).\n" +
 					"Only resolved's sockets, not /run/systemd/resolve: where /etc/resolv.conf\n" +
 					"is a symlink into it, the resolv.conf bind mount above lands there.\n" +
-					"Remove only for a service that needs the system bus and does its own\n" +
-					"DNS: it then permits DNS leaks."},
+					"The resolver entries may be dropped only for a service that needs the\n" +
+					"system bus and does its own DNS: it then permits DNS leaks.\n" +
+					"/var/run/wireguard holds userspace WireGuard's control sockets (the\n" +
+					"agent refuses a confined caller anyway)."},
 			{Key: "RestrictNetworkInterfaces", Value: []string{"lo", "{tunnel}", "{nsVeth}"},
 				Why: "Even a process that could change namespace may use only these interfaces."},
 		}},

@@ -500,7 +500,8 @@ let
       ])
     ];
 
-  # bypassResolverIsolation drops InaccessiblePaths and warns.
+  # bypassResolverIsolation drops the resolver entries of InaccessiblePaths
+  # (the WireGuard control sockets stay hidden) and warns.
   bypassChecks =
     let
       cfg = eval (withBase {
@@ -510,7 +511,9 @@ let
         };
       });
     in
-    lib.optional (cfg.systemd.services.web.serviceConfig ? InaccessiblePaths) "bypass: InaccessiblePaths still set"
+    lib.optional (
+      cfg.systemd.services.web.serviceConfig.InaccessiblePaths != [ "-/var/run/wireguard" ]
+    ) "bypass: InaccessiblePaths is not just the WireGuard control sockets"
     ++ lib.optional (
       !lib.any (w: lib.hasInfix "DNS leak" w) cfg.warnings
     ) "bypass: no warning"
