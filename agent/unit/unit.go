@@ -188,6 +188,13 @@ func Confined() Unit {
 					"system bus and does its own DNS: it then permits DNS leaks.\n" +
 					"/var/run/wireguard holds userspace WireGuard's control sockets (the\n" +
 					"agent refuses a confined caller anyway)."},
+			{Key: "RestrictAddressFamilies", Value: []string{"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"},
+				Why: "IP through the namespace's interfaces, and local IPC, only: AF_PACKET\n" +
+					"frames would pass the kill switch's DNS rules, AF_VSOCK reaches the\n" +
+					"hypervisor and other VMs without any network interface."},
+			{Key: "CapabilityBoundingSet", Value: []string{"~CAP_NET_RAW"},
+				Why: "Raw and packet sockets would let the service forge traffic the kill\n" +
+					"switch judges by port (DNS); nothing a confined service does needs them."},
 			{Key: "RestrictNetworkInterfaces", Value: []string{"lo", "{tunnel}", "{nsVeth}"},
 				Why: "Even a process that could change namespace may use only these interfaces."},
 		}},

@@ -52,6 +52,8 @@ func TestDropIn(t *testing.T) {
 		"BindReadOnlyPaths=/etc/netns/proton/resolv.conf:/etc/resolv.conf /etc/netns/proton/nsswitch.conf:/etc/nsswitch.conf\n",
 		"InaccessiblePaths=-/run/nscd -/var/run/nscd -/run/systemd/resolve/io.systemd.Resolve -/run/systemd/resolve/io.systemd.Resolve.Monitor -/run/dbus/system_bus_socket -/var/run/wireguard\n",
 		"RestrictNetworkInterfaces=lo vc-proton\n",
+		"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK\n",
+		"CapabilityBoundingSet=~CAP_NET_RAW\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("drop-in lacks %q:\n%s", want, got)
