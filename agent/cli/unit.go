@@ -45,9 +45,17 @@ func cmdUnit(args []string, out io.Writer) int {
 	}
 	if *agentUnit == "" {
 		*agentUnit = names.AgentUnit(name)
+	} else if err := unit.CheckName(*agentUnit); err != nil {
+		return fail(&config.FieldError{Field: "--agent-unit", Msg: err.Error(), Fix: "e.g. --agent-unit vpn-agent@" + name + ".service"})
 	}
 	if *upholds != "" {
-		fmt.Fprint(out, unit.UpholdDropIn(*agentUnit, strings.Split(*upholds, ",")))
+		services := strings.Split(*upholds, ",")
+		for _, s := range services {
+			if err := unit.CheckName(s); err != nil {
+				return fail(&config.FieldError{Field: "--upholds", Msg: err.Error(), Fix: "list services as a,b.service, e.g. --upholds transmission.service"})
+			}
+		}
+		fmt.Fprint(out, unit.UpholdDropIn(*agentUnit, services))
 		return ExitOK
 	}
 	fmt.Fprint(out, unit.DropIn(name, iface, nsVeth, *agentUnit))

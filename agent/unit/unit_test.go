@@ -87,3 +87,18 @@ func TestUpholdDropIn(t *testing.T) {
 		t.Errorf("got:\n%s", got)
 	}
 }
+
+func TestCheckName(t *testing.T) {
+	for _, ok := range []string{"vpn-agent@proton.service", "transmission.service", "a\\x2db.service", "x.timer"} {
+		if err := CheckName(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "transmission", "a.service\nExecStart=/bin/sh", "a b.service", "probe@.service", strings.Repeat("a", 250) + ".service", "x.conf", "a@b@c.service"} {
+		if err := CheckName(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		} else if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: error has a newline: %q", bad, err)
+		}
+	}
+}
