@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
@@ -24,52 +25,96 @@ const (
 	ExitBadInput = 2
 )
 
-const usage = `vpn-agent confines services to a WireGuard tunnel in a network namespace.
+// A command is one subcommand: its synopsis (the arguments after its
+// name) and summary make the usage and its --help.
+type command struct {
+	name, args, summary string
+	run                 func(args []string, out io.Writer) int
+}
 
-Usage:
-  vpn-agent run      --config FILE        run and supervise a namespace (systemd Type=notify)
-  vpn-agent up       --config FILE        bring a namespace up and return
-  vpn-agent down     NAME                 tear a namespace down completely
-  vpn-agent exec     NAME -- CMD [ARG...] run a command inside a namespace
-  vpn-agent status   [NAME] [--json]      show namespace health (exit 1 if degraded)
-  vpn-agent validate --config FILE [--config FILE...] [--static]
-                                          check configs, and with several their conflicts
-                                          (host port, interface, subnet, name); change nothing
-  vpn-agent policy   --config FILE [--host]    print the kill-switch ruleset (nft syntax)
-  vpn-agent unit     NAME [--config F] [--agent-unit U]  print the systemd drop-in confining a service
-  vpn-agent demo     [-- CMD...]          confine a command behind a local WireGuard peer (no VPN account)
-  vpn-agent version
-`
+// commands are listed in usage order; a function, since their run
+// functions look commands up for --help.
+func commands() []command {
+	return []command{
+		{"run", "--config FILE", "run and supervise a namespace (systemd Type=notify)", cmdRun},
+		{"up", "--config FILE [--timeout D]", "bring a namespace up and return", cmdUp},
+		{"down", "NAME [--timeout D]", "tear a namespace down completely", cmdDown},
+		{"exec", "NAME -- CMD [ARG...]", "run a command inside a namespace", cmdExec},
+		{"status", "[NAME...] [--json]", "show namespace health (exit 1 if degraded)", cmdStatus},
+		{"validate", "--config FILE [--config FILE...] [--static]", "check configs (and conflicts between them); change nothing", cmdValidate},
+		{"policy", "--config FILE [--host]", "print the kill-switch ruleset (nft syntax)", cmdPolicy},
+		{"unit", "NAME [--config FILE] [--agent-unit UNIT] [--upholds SERVICES]", "print the systemd drop-in confining a service", cmdUnit},
+		{"demo", "[-- CMD [ARG...]]", "confine a command behind a local WireGuard peer (no VPN account)", cmdDemo},
+		{"version", "", "print the version", cmdVersion},
+	}
+}
 
-// Version is set at build time with -ldflags "-X ...cli.Version=...".
+func lookup(name string) *command {
+	for _, c := range commands() {
+		if c.name == name {
+			return &c
+		}
+	}
+	return nil
+}
+
+func usage() string {
+	var b strings.Builder
+	b.WriteString("vpn-agent confines services to a WireGuard tunnel in a network namespace.\n\nUsage:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  vpn-agent %-8s %s\n      %s\n", c.name, c.args, c.summary)
+	}
+	b.WriteString("\nvpn-agent COMMAND --help shows a command's flags. Exit codes: 0 ok (status:\n" +
+		"healthy), 1 degraded or a runtime failure, 2 bad input (nothing was changed).\n")
+	return b.String()
+}
+
+// Version is set at build time with -ldflags "-X ...cli.Version=..."; a
+// `go install module@version` build takes the module's version.
 var Version = "dev"
 
-type command struct {
-	run  func(args []string, out io.Writer) int
-	help string
+func version() string {
+	v := Version
+	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	return v + buildNote
+}
+
+func cmdVersion(args []string, out io.Writer) int {
+	fs, _, _ := flags("version")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	fmt.Fprintln(out, "vpn-agent", version())
+	return ExitOK
 }
 
 // Main runs vpn-agent with args (without the program name).
 func Main(args []string) int {
-	cmds := map[string]func([]string, io.Writer) int{
-		"run": cmdRun, "up": cmdUp, "down": cmdDown, "exec": cmdExec,
-		"status": cmdStatus, "validate": cmdValidate, "policy": cmdPolicy,
-		"unit": cmdUnit, "demo": cmdDemo, "probe": cmdProbe,
-		"version": func([]string, io.Writer) int { fmt.Println("vpn-agent", Version+buildNote); return 0 },
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage())
+		return ExitBadInput
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, usage)
-		if len(args) == 0 {
-			return ExitBadInput
-		}
+	switch args[0] {
+	case "-h", "--help":
+		fmt.Fprint(os.Stdout, usage())
 		return ExitOK
+	case "help":
+		if len(args) > 1 && lookup(args[1]) != nil {
+			return lookup(args[1]).run([]string{"--help"}, os.Stdout)
+		}
+		fmt.Fprint(os.Stdout, usage())
+		return ExitOK
+	case "--version":
+		return cmdVersion(nil, os.Stdout)
 	}
-	c, ok := cmds[args[0]]
-	if !ok {
+	c := lookup(args[0])
+	if c == nil {
 		fmt.Fprintf(os.Stderr, "vpn-agent: unknown command %q; run vpn-agent --help\n", args[0])
 		return ExitBadInput
 	}
-	return c(args[1:], os.Stdout)
+	return c.run(args[1:], os.Stdout)
 }
 
 // flags makes a FlagSet with the shared logging flags.
@@ -84,13 +129,15 @@ func flags(name string) (*flag.FlagSet, *string, *string) {
 // `status --json NAME`); everything after "--" is positional. It returns an
 // exit code to stop with, or -1 to go on.
 func parse(fs *flag.FlagSet, args []string) int {
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(io.Discard)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				printHelp(os.Stdout, fs)
 				return ExitOK
 			}
+			fmt.Fprintf(os.Stderr, "%s: %v (see %s --help)\n", fs.Name(), err, fs.Name())
 			return ExitBadInput
 		}
 		rest := fs.Args()
@@ -105,6 +152,22 @@ func parse(fs *flag.FlagSet, args []string) int {
 	}
 	fs.Parse(append([]string{"--"}, pos...))
 	return -1
+}
+
+// printHelp prints a command's synopsis, summary and flags.
+func printHelp(w io.Writer, fs *flag.FlagSet) {
+	name := strings.TrimPrefix(fs.Name(), "vpn-agent ")
+	if c := lookup(name); c != nil {
+		fmt.Fprintf(w, "Usage: vpn-agent %s %s\n\n%s.\n", c.name, c.args, strings.ToUpper(c.summary[:1])+c.summary[1:])
+	}
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprint(w, "\nFlags:\n")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
 }
 
 func newLogger(level, format string) *slog.Logger {

@@ -9,27 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/config"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/status"
 )
 
 func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
-
-func cmdExec(args []string, out io.Writer) int {
-	i := indexOf(args, "--")
-	if i != 1 || len(args) < 3 {
-		return fail(&config.FieldError{Field: "exec", Msg: "expected NAME -- CMD [ARG...]", Fix: "e.g. vpn-agent exec proton -- curl https://example.com"})
-	}
-	name := args[0]
-	if err := config.ValidateName(name); err != nil {
-		return fail(err)
-	}
-	if !netns.Exists(name) {
-		return fail(fmt.Errorf("namespace %s does not exist; bring it up first", name))
-	}
-	return fail(netns.Exec(name, args[2:], os.Environ()))
-}
 
 func indexOf(args []string, s string) int {
 	for i, a := range args {

@@ -37,15 +37,22 @@
 //
 // # What vpn-agent exec isolates
 //
-// `vpn-agent exec NAME -- CMD` runs CMD in the namespace's network
-// namespace, in a private mount namespace in which the namespace's
-// resolv.conf and nsswitch.conf replace the host's and the host
-// resolver's sockets (nscd, systemd-resolved, the D-Bus system bus) are
-// hidden, so names are resolved only through the tunnel. It does not
-// isolate anything else: CMD runs as the calling user (root, with all
-// capabilities, when called as root) and sees the host's files and
-// processes. Root in the namespace with CAP_SYS_ADMIN can enter another
-// network namespace; run untrusted programs as an unprivileged user.
+// `vpn-agent exec [--user USER[:GROUP]] NAME -- CMD` runs CMD in the
+// namespace's network namespace, in a private mount namespace in which the
+// namespace's resolv.conf and nsswitch.conf replace the host's and the host
+// resolver's sockets (nscd, systemd-resolved, the D-Bus system bus) and
+// userspace WireGuard's control sockets are hidden, so names are resolved
+// only through the tunnel. CMD's exit status is exec's (127: not found,
+// 126: not executable).
+//
+// Without --user, CMD runs as the caller: called as root, that is root with
+// every capability, which can enter another network namespace (setns) and
+// is no confinement for untrusted code. With --user, CMD runs as that user
+// (and group; the user's supplementary groups), with an empty capability
+// bounding set, no_new_privs (setuid programs grant nothing) and only IP,
+// unix and netlink sockets (no AF_PACKET, which would pass the kill
+// switch's DNS rules, no AF_VSOCK), as the confining systemd drop-in does.
+// Neither isolates the filesystem or other processes.
 //
 // # Fields
 package config
