@@ -129,7 +129,13 @@ func newEngine(log *slog.Logger) *engine.Engine {
 // startDetached starts `vpn-agent run` in its own session and waits for
 // READY=1 on a private notify socket, as systemd would.
 func startDetached(cfg, name string, timeout time.Duration) (int, error) {
-	dir, err := os.MkdirTemp("", "vpn-agent-up-")
+	// The notify socket lives in a root-only directory under the runtime
+	// dir, never in /tmp, where another user could put a socket of their
+	// own at the name once this one is gone.
+	if err := os.MkdirAll(names.RuntimeDir, 0o755); err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp(names.RuntimeDir, ".up-"+name+"-")
 	if err != nil {
 		return 0, err
 	}
