@@ -8,9 +8,10 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
 )
 
-// Repair fixes the problems health.Check found, with the smallest change
-// for each. The kill switch is fixed first, so the namespace is closed
-// while the rest is repaired.
+// Repair fixes the problems health.Check found, with the smallest
+// change for each. The kill switch is fixed first, so the namespace is
+// closed while the rest is repaired; it is replaced atomically, never
+// removed.
 func (e *Engine) Repair(ctx context.Context, inst *Instance, problems []health.Problem) error {
 	has := map[health.Kind]bool{}
 	for _, p := range problems {
@@ -19,24 +20,27 @@ func (e *Engine) Repair(ctx context.Context, inst *Instance, problems []health.P
 	if has[health.NamespaceMissing] {
 		return e.Rebuild(ctx, inst)
 	}
+	sys := e.sys()
 	var errs []error
 	if has[health.PolicyMissing] || has[health.PolicyChanged] {
-		errs = append(errs, wrap("repair kill switch", applyPolicy(inst.Spec, false)))
+		errs = append(errs, wrap("repair kill switch", applyPolicy(sys.fw, inst.Spec, false)))
 	}
-	if has[health.TunnelMissing] || has[health.DataPlaneDead] {
+	tunnel := has[health.TunnelMissing] || has[health.DataPlaneDead]
+	if tunnel {
 		errs = append(errs, wrap("repair tunnel", e.RepairTunnel(ctx, inst)))
 	}
-	if has[health.RoutesWrong] && !has[health.TunnelMissing] && !has[health.DataPlaneDead] {
-		errs = append(errs, wrap("repair routes", e.fixRoutes(inst)))
+	if has[health.RoutesWrong] && !tunnel {
+		errs = append(errs, wrap("repair routes", sys.links.ConfigureTunnel(inst.Spec)))
 	}
+	hostPolicy := has[health.HostPolicyMissing]
 	if has[health.HostLinkMissing] {
-		deleteHostLink(inst.Spec.HostLink.HostIf)
-		_, err := createHostLink(inst.Spec)
+		sys.links.DeleteHostLink(inst.Spec.HostLink.HostIf)
+		_, err := sys.links.CreateHostLink(inst.Spec)
 		errs = append(errs, wrap("repair host link", err))
-		has[health.HostPolicyMissing] = true
+		hostPolicy = true
 	}
-	if has[health.HostPolicyMissing] {
-		errs = append(errs, wrap("repair host table", applyHostPolicy(inst.Spec)))
+	if hostPolicy {
+		errs = append(errs, wrap("repair host table", applyHostPolicy(sys.fw, inst.Spec)))
 	}
 	return errors.Join(errs...)
 }
@@ -47,6 +51,3 @@ func wrap(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
-
-// fixRoutes re-points the default routes at the tunnel.
-func (e *Engine) fixRoutes(inst *Instance) error { return configureTunnelL3(inst.Spec) }
