@@ -8,32 +8,28 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
 )
 
-// Repair fixes the problems health.Check found, with the smallest
+// Repair fixes the problems a health report found, with the smallest
 // change for each. The kill switch is fixed first, so the namespace is
 // closed while the rest is repaired; it is replaced atomically, never
-// removed.
-func (e *Engine) Repair(ctx context.Context, inst *Instance, problems []health.Problem) error {
-	has := map[health.Kind]bool{}
-	for _, p := range problems {
-		has[p.Kind] = true
-	}
-	if has[health.NamespaceMissing] {
+// removed. Problems no repair can fix (a stale handshake) are left alone.
+func (e *Engine) Repair(ctx context.Context, inst *Instance, rep *health.Report) error {
+	if rep.Has(health.NamespaceMissing) {
 		return e.Rebuild(ctx, inst)
 	}
 	sys := e.sys()
 	var errs []error
-	if has[health.PolicyMissing] || has[health.PolicyChanged] {
+	if rep.Has(health.PolicyMissing) || rep.Has(health.PolicyChanged) {
 		errs = append(errs, wrap("repair kill switch", applyPolicy(sys.fw, inst.Spec, false)))
 	}
-	tunnel := has[health.TunnelMissing] || has[health.DataPlaneDead]
+	tunnel := rep.Has(health.TunnelMissing) || rep.Has(health.DataPlaneDead)
 	if tunnel {
 		errs = append(errs, wrap("repair tunnel", e.RepairTunnel(ctx, inst)))
 	}
-	if has[health.RoutesWrong] && !tunnel {
+	if rep.Has(health.RoutesWrong) && !tunnel {
 		errs = append(errs, wrap("repair routes", sys.links.ConfigureTunnel(inst.Spec)))
 	}
-	hostPolicy := has[health.HostPolicyMissing]
-	if has[health.HostLinkMissing] {
+	hostPolicy := rep.Has(health.HostPolicyMissing)
+	if rep.Has(health.HostLinkMissing) {
 		sys.links.DeleteHostLink(inst.Spec.HostLink.HostIf)
 		_, err := sys.links.CreateHostLink(inst.Spec)
 		errs = append(errs, wrap("repair host link", err))
