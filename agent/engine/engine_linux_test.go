@@ -15,6 +15,16 @@ import (
 
 var errInjected = errors.New("injected")
 
+// failAfter is an AfterStep hook that fails after step.
+func failAfter(step string) func(string) error {
+	return func(s string) error {
+		if s == step {
+			return errInjected
+		}
+		return nil
+	}
+}
+
 func noViolations(t *testing.T, w *world) {
 	t.Helper()
 	for _, v := range w.violations {
@@ -30,12 +40,7 @@ func TestUpRollbackAfterEachStep(t *testing.T) {
 			t.Run(fmt.Sprintf("hostlink=%v/after-%s", hostLink, step), func(t *testing.T) {
 				w := newWorld()
 				e := w.engine()
-				e.AfterStep = func(s string) error {
-					if s == step {
-						return errInjected
-					}
-					return nil
-				}
+				e.AfterStep = failAfter(step)
 				inst, err := e.Up(context.Background(), testSpec(hostLink), "/etc/vpn/torrent.json")
 				if !errors.Is(err, errInjected) || inst != nil {
 					t.Fatalf("Up = %v, %v; want the injected error and no instance", inst, err)
@@ -89,12 +94,7 @@ func TestUpAdoptedKeepsKillSwitch(t *testing.T) {
 			w.ns["torrent"] = true
 			w.tables[killSwitch("torrent")] = true
 			e := w.engine()
-			e.AfterStep = func(s string) error {
-				if s == step {
-					return errInjected
-				}
-				return nil
-			}
+			e.AfterStep = failAfter(step)
 			_, err := e.Up(context.Background(), testSpec(true), "")
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("Up: %v, want the injected error", err)
