@@ -166,3 +166,26 @@ func TestUpKillSwitchFirst(t *testing.T) {
 	}
 	noViolations(t, w)
 }
+
+// Teardown removes everything Up made: the tunnel's data plane stops
+// first, the kill switch goes only with its namespace.
+func TestTeardownLeavesNothing(t *testing.T) {
+	w := newWorld()
+	e := w.engine()
+	inst, err := e.Up(context.Background(), testSpec(true), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.calls = nil
+	if err := e.Teardown(inst); err != nil {
+		t.Fatalf("Teardown: %v", err)
+	}
+	if got := w.snapshot(); got != "" {
+		t.Errorf("Teardown left:\n%s", got)
+	}
+	if stop, ns := w.index("tunnel.destroy"), w.index("netns.delete"); stop < 0 || stop > ns {
+		t.Errorf("the tunnel (call %d) must stop before the namespace goes (call %d): %s", stop, ns, strings.Join(w.calls, ", "))
+	}
+	<-inst.Reclaimed()
+	noViolations(t, w)
+}
