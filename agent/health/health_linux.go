@@ -71,7 +71,11 @@ func Inspect(t Target) *Report {
 func inspectLink(r *Report, s *config.Spec) {
 	h, err := netns.Handle(r.Name)
 	if err != nil {
-		r.Add(NamespaceMissing, "namespace %s cannot be opened: %v", r.Name, err)
+		if !netns.Exists(r.Name) { // deleted since Inspect looked
+			r.Add(NamespaceMissing, "namespace %s does not exist", r.Name)
+		} else {
+			r.Add(NamespaceUnreadable, "namespace %s cannot be opened: %v", r.Name, err)
+		}
 		return
 	}
 	defer h.Close()

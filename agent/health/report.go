@@ -19,7 +19,8 @@ const (
 	DataPlaneDead         // userspace device stopped
 	HostLinkMissing
 	HostPolicyMissing
-	RoutesWrong // a default route does not point at the tunnel
+	RoutesWrong         // a default route does not point at the tunnel
+	NamespaceUnreadable // it exists but cannot be opened (nothing to repair)
 
 	// Found only when Target.Peers asks for the WireGuard state (status).
 	HandshakeStale      // no peer has handshaken recently
