@@ -100,7 +100,8 @@ type repairer interface {
 
 // repair fixes what the health report found wrong (the engine repairs the
 // kill switch first: while anything else is broken, it keeps the
-// namespace closed). It reports whether the namespace is healthy again.
+// namespace closed). It reports false only when a repair failed (the
+// next check retries).
 func repair(ctx context.Context, eng repairer, inst *engine.Instance, rep *health.Report, log *slog.Logger) bool {
 	if rep.Healthy() {
 		return true
