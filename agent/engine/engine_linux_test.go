@@ -116,19 +116,13 @@ func TestUpAdoptedKeepsKillSwitch(t *testing.T) {
 // Up on a namespace that is up converges: the second Up adopts
 // everything, creates nothing new and ends with the same world.
 func TestUpTwiceConverges(t *testing.T) {
-	w := newWorld()
-	e := w.engine()
-	inst, err := e.Up(context.Background(), testSpec(true), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, e, inst := upFake(t)
 	inst.Release()
 	first := w.snapshot()
 	if !strings.Contains(first, "configured torrent/"+names.Tunnel("torrent")) || !strings.Contains(first, "state torrent") {
 		t.Fatalf("first Up did not build everything:\n%s", first)
 	}
-	w.calls = nil
-	inst, err = e.Up(context.Background(), testSpec(true), "")
+	inst, err := e.Up(context.Background(), testSpec(true), "")
 	if err != nil {
 		t.Fatalf("second Up: %v", err)
 	}
@@ -170,13 +164,7 @@ func TestUpKillSwitchFirst(t *testing.T) {
 // Teardown removes everything Up made: the tunnel's data plane stops
 // first, the kill switch goes only with its namespace.
 func TestTeardownLeavesNothing(t *testing.T) {
-	w := newWorld()
-	e := w.engine()
-	inst, err := e.Up(context.Background(), testSpec(true), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.calls = nil
+	w, e, inst := upFake(t)
 	if err := e.Teardown(inst); err != nil {
 		t.Fatalf("Teardown: %v", err)
 	}

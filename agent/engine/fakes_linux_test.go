@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
@@ -289,4 +290,18 @@ func testSpec(hostLink bool) *config.Spec {
 		}
 	}
 	return s
+}
+
+// upFake brings the test namespace (with a host link) up in a fresh fake
+// world and forgets the calls that took.
+func upFake(t *testing.T) (*world, *Engine, *Instance) {
+	t.Helper()
+	w := newWorld()
+	e := w.engine()
+	inst, err := e.Up(context.Background(), testSpec(true), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.calls = nil
+	return w, e, inst
 }

@@ -9,20 +9,6 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
 )
 
-// upForRepair brings the test namespace up in a fresh fake world and
-// forgets the calls that took.
-func upForRepair(t *testing.T) (*world, *Engine, *Instance) {
-	t.Helper()
-	w := newWorld()
-	e := w.engine()
-	inst, err := e.Up(context.Background(), testSpec(true), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.calls = nil
-	return w, e, inst
-}
-
 func report(kinds ...health.Kind) *health.Report {
 	r := &health.Report{Name: "torrent"}
 	for _, k := range kinds {
@@ -81,7 +67,7 @@ func TestRepairDecisions(t *testing.T) {
 		{"stale handshake: nothing to repair", []health.Kind{health.HandshakeStale}, nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w, e, inst := upForRepair(t)
+			w, e, inst := upFake(t)
 			healthy := w.snapshot()
 			if c.breakIt != nil {
 				c.breakIt(w, inst)
@@ -103,7 +89,7 @@ func TestRepairDecisions(t *testing.T) {
 // A repair that fails (the tunnel cannot be recreated) still leaves the
 // kill switch in place, and says what failed.
 func TestRepairFailureKeepsKillSwitch(t *testing.T) {
-	w, e, inst := upForRepair(t)
+	w, e, inst := upFake(t)
 	s := inst.Spec
 	delete(w.tunnels, s.Name+"/"+s.Interface)
 	delete(w.tables, killSwitch(s.Name))
