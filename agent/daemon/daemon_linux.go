@@ -68,12 +68,12 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			return errors.Join(ctx.Err(), teardown(eng, inst, log))
 		case <-dead:
 			log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
-			repair(ctx, eng, inst, log)
+			repair(ctx, eng, inst, health.Check(inst.Spec, inst.Tunnel), log)
 		case <-tick.C:
-			repair(ctx, eng, inst, log)
+			repair(ctx, eng, inst, health.Check(inst.Spec, inst.Tunnel), log)
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
-			if p := health.Check(inst.Spec, inst.Tunnel); len(p) == 0 {
+			if health.Check(inst.Spec, inst.Tunnel).Healthy() {
 				Notify("WATCHDOG=1")
 			}
 		}
@@ -93,22 +93,28 @@ func teardown(eng *engine.Engine, inst *engine.Instance, log *slog.Logger) error
 	return err
 }
 
-// repair checks the instance and fixes what is broken. The kill switch is
-// repaired first: while anything else is broken, it keeps the namespace
-// closed.
-func repair(ctx context.Context, eng *engine.Engine, inst *engine.Instance, log *slog.Logger) {
-	problems := health.Check(inst.Spec, inst.Tunnel)
-	if len(problems) == 0 {
-		return
+// repairer is the daemon's use of the engine while it supervises.
+type repairer interface {
+	Repair(ctx context.Context, inst *engine.Instance, rep *health.Report) error
+}
+
+// repair fixes what the health report found wrong (the engine repairs the
+// kill switch first: while anything else is broken, it keeps the
+// namespace closed). It reports false only when a repair failed (the
+// next check retries).
+func repair(ctx context.Context, eng repairer, inst *engine.Instance, rep *health.Report, log *slog.Logger) bool {
+	if rep.Healthy() {
+		return true
 	}
-	for _, p := range problems {
+	for _, p := range rep.Problems {
 		log.Warn("unhealthy", "problem", p.String())
 	}
-	Notify("STATUS=repairing: " + problems[0].String())
-	if err := eng.Repair(ctx, inst, problems); err != nil {
+	Notify("STATUS=repairing: " + rep.Problems[0].String())
+	if err := eng.Repair(ctx, inst, rep); err != nil {
 		log.Error("repair failed; will retry", "err", err)
-		return
+		return false
 	}
 	log.Info("repaired")
 	Notify(fmt.Sprintf("STATUS=namespace %s up (%s backend)", inst.Spec.Name, inst.Backend))
+	return true
 }

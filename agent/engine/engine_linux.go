@@ -12,7 +12,6 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 )
 
@@ -46,6 +45,8 @@ type Engine struct {
 
 	kernelOnce sync.Once
 	kernelErr  error
+
+	system system // zero: the real kernel and files (see sys)
 }
 
 // Instance is a namespace brought up by this process.
@@ -87,7 +88,7 @@ func (e *Engine) Backend(s *config.Spec) (config.Backend, error) {
 // held until Release (or Down). On error, everything this call created is
 // removed again and an adopted namespace keeps its kill switch.
 func (e *Engine) Up(ctx context.Context, s *config.Spec, configPath string) (inst *Instance, err error) {
-	lock, err := TryLock(s.Name)
+	lock, err := e.sys().lock(s.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +126,7 @@ func (e *Engine) Rebuild(ctx context.Context, inst *Instance) error {
 func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	s, backend := inst.Spec, inst.Backend
 	log := e.log().With("namespace", s.Name)
+	sys := e.sys()
 	j := &journal{log: log}
 	defer func() {
 		if err != nil {
@@ -142,14 +144,14 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 		return nil
 	}
 
-	inst.Adopted = netns.Exists(s.Name)
+	inst.Adopted = sys.ns.Exists(s.Name)
 	if inst.Adopted {
 		log.Info("adopting existing namespace")
 	} else {
-		if err := netns.Create(s.Name); err != nil {
+		if err := sys.ns.Create(s.Name); err != nil {
 			return err
 		}
-		j.add(StepNetns, func() error { return netns.Delete(s.Name) })
+		j.add(StepNetns, func() error { return sys.ns.Delete(s.Name) })
 	}
 	if err := step(StepNetns); err != nil {
 		return err
@@ -158,25 +160,26 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	// The kill switch goes in before any interface that could carry
 	// traffic. In an adopted namespace it is replaced atomically and never
 	// removed on rollback: fail closed.
-	if err := applyPolicy(s, !inst.Adopted); err != nil {
+	if err := applyPolicy(sys.fw, s, !inst.Adopted); err != nil {
 		return err
 	}
 	if err := step(StepPolicy); err != nil {
 		return err
 	}
 
-	created, err := writeResolver(s)
+	created, err := sys.files.WriteResolver(s)
+	if created {
+		// Also on error: what it wrote before failing goes with the rest.
+		j.add(StepResolver, func() error { return sys.files.RemoveResolver(s.Name) })
+	}
 	if err != nil {
 		return err
-	}
-	if created {
-		j.add(StepResolver, func() error { return removeResolver(s.Name) })
 	}
 	if err := step(StepResolver); err != nil {
 		return err
 	}
 
-	t, err := e.ensureTunnel(ctx, s, backend, log)
+	t, err := sys.tunnels.Ensure(ctx, s, backend, log)
 	if err != nil {
 		return err
 	}
@@ -186,7 +189,7 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 		return err
 	}
 
-	if err := configureTunnelL3(s); err != nil {
+	if err := sys.links.ConfigureTunnel(s); err != nil {
 		return err
 	}
 	if err := step(StepAddresses); err != nil {
@@ -194,7 +197,7 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	}
 
 	if s.HostLink != nil {
-		undo, err := createHostLink(s)
+		undo, err := sys.links.CreateHostLink(s)
 		if err != nil {
 			return err
 		}
@@ -204,10 +207,10 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 		return err
 	}
 	if s.HostLink != nil {
-		if err := applyHostPolicy(s); err != nil {
+		if err := applyHostPolicy(sys.fw, s); err != nil {
 			return err
 		}
-		j.add(StepHostPolicy, func() error { return removeHostPolicy(s.Name) })
+		j.add(StepHostPolicy, func() error { return removeHostPolicy(sys.fw, s.Name) })
 	}
 	if err := step(StepHostPolicy); err != nil {
 		return err
@@ -220,45 +223,15 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	for _, d := range s.DNS {
 		st.DNS = append(st.DNS, d.String())
 	}
-	if err := writeState(st); err != nil {
-		removeState(s.Name)
+	j.add(StepState, func() error { return sys.files.RemoveState(s.Name) })
+	if err := sys.files.WriteState(st); err != nil {
 		return err
 	}
-	j.add(StepState, func() error { return removeState(s.Name) })
 	if err := step(StepState); err != nil {
 		return err
 	}
 	log.Info("namespace up", "backend", backend, "interface", s.Interface, "adopted", inst.Adopted)
 	return nil
-}
-
-// ensureTunnel creates the tunnel, or adopts a kernel link left in the
-// namespace by an earlier agent.
-func (e *Engine) ensureTunnel(ctx context.Context, s *config.Spec, backend config.Backend, log *slog.Logger) (wireguard.Tunnel, error) {
-	h, err := netns.Handle(s.Name)
-	if err != nil {
-		return nil, err
-	}
-	existing, lerr := h.LinkByName(s.Interface)
-	h.Close()
-	if lerr == nil {
-		if backend == config.BackendKernel && existing.Type() == "wireguard" {
-			cfg, err := wireguard.DeviceConfig(ctx, s)
-			if err != nil {
-				return nil, err
-			}
-			if err := wireguard.Reconfigure(s.Name, s.Interface, cfg); err != nil {
-				return nil, err
-			}
-			log.Info("adopted existing kernel WireGuard link", "interface", s.Interface)
-			return wireguard.AdoptKernel(s.Name, s.Interface), nil
-		}
-		// Anything else under our name is stale: replace it.
-		if err := wireguard.AdoptKernel(s.Name, s.Interface).Destroy(); err != nil {
-			return nil, err
-		}
-	}
-	return wireguard.Create(ctx, log, s, backend, s.Name)
 }
 
 // RepairTunnel recreates a tunnel whose link vanished (e.g. deleted by an
@@ -268,12 +241,13 @@ func (e *Engine) RepairTunnel(ctx context.Context, inst *Instance) error {
 	if inst.Tunnel != nil {
 		inst.Tunnel.Destroy()
 	}
-	t, err := e.ensureTunnel(ctx, inst.Spec, inst.Backend, e.log().With("namespace", inst.Spec.Name))
+	sys := e.sys()
+	t, err := sys.tunnels.Ensure(ctx, inst.Spec, inst.Backend, e.log().With("namespace", inst.Spec.Name))
 	if err != nil {
 		return err
 	}
 	inst.Tunnel = t
-	return configureTunnelL3(inst.Spec)
+	return sys.links.ConfigureTunnel(inst.Spec)
 }
 
 // Release drops the lock without tearing anything down (one-shot up with
@@ -351,30 +325,27 @@ func (e *Engine) Down(name string, timeout time.Duration) error {
 // attempted even if an earlier one fails. tunnelStopped says the caller
 // has stopped this process's tunnel and its link is going away already.
 func (e *Engine) removeAll(name, iface string, tunnelStopped bool) error {
+	sys := e.sys()
 	var errs []error
 	add := func(what string, err error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", what, err))
 		}
 	}
-	add("host policy", removeHostPolicy(name))
-	add("host link", deleteHostLink(names.HostVeth(name)))
-	add("stale tunnel link", wireguard.RemoveStaleHostLink(name, iface))
-	if !tunnelStopped && netns.Exists(name) {
+	add("host policy", removeHostPolicy(sys.fw, name))
+	add("host link", sys.links.DeleteHostLink(names.HostVeth(name)))
+	add("stale tunnel link", sys.tunnels.RemoveStaleHostLink(name, iface))
+	if !tunnelStopped && sys.ns.Exists(name) {
 		// Delete the tunnel before the namespace: processes still inside
 		// keep the namespace alive, and must lose the tunnel, not keep it.
 		// The kill switch stays with them.
-		add("tunnel", wireguard.AdoptKernel(name, iface).Destroy())
+		add("tunnel", sys.tunnels.Destroy(name, iface))
 	}
-	if err := os.Remove(names.UAPISocket(iface)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		add("uapi socket", err)
-	}
-	add("resolver files", removeResolver(name))
-	add("netns", netns.Delete(name))
-	add("state", removeState(name))
-	if err := os.RemoveAll(names.StateDir(name)); err != nil {
-		add("runtime dir", err)
-	}
+	add("uapi socket", sys.files.RemoveUAPISocket(iface))
+	add("resolver files", sys.files.RemoveResolver(name))
+	add("netns", sys.ns.Delete(name))
+	add("state", sys.files.RemoveState(name))
+	add("runtime dir", sys.files.RemoveStateDir(name))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("down %s: %w", name, err)
 	}

@@ -9,27 +9,29 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The engine's whole use of the policy package.
+// The engine's whole use of the policy package. There is deliberately no
+// function that removes the namespace's kill switch: it goes only with the
+// namespace.
 
 // applyPolicy loads the kill switch. In a namespace this process just
-// created the table cannot exist, and policy.Create skips the delete that an
+// created the table cannot exist, and Create skips the delete that an
 // atomic replace needs (and the RCU grace period it costs); if the table is
 // there anyway, the atomic replace runs instead.
-func applyPolicy(s *config.Spec, fresh bool) error {
+func applyPolicy(fw firewall, s *config.Spec, fresh bool) error {
 	r := policy.Compile(s)
 	if fresh {
-		err := policy.Create(r, names.Netns(s.Name))
+		err := fw.Create(r, names.Netns(s.Name))
 		if !errors.Is(err, unix.EEXIST) {
 			return err
 		}
 	}
-	return policy.Apply(r, names.Netns(s.Name))
+	return fw.Apply(r, names.Netns(s.Name))
 }
 
-func applyHostPolicy(s *config.Spec) error {
-	return policy.Apply(policy.CompileHost(s), "")
+func applyHostPolicy(fw firewall, s *config.Spec) error {
+	return fw.Apply(policy.CompileHost(s), "")
 }
 
-func removeHostPolicy(name string) error {
-	return policy.Remove("", names.HostTable(name))
+func removeHostPolicy(fw firewall, name string) error {
+	return fw.Remove("", names.HostTable(name))
 }

@@ -8,35 +8,35 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
 )
 
-// Repair fixes the problems health.Check found, with the smallest change
-// for each. The kill switch is fixed first, so the namespace is closed
-// while the rest is repaired.
-func (e *Engine) Repair(ctx context.Context, inst *Instance, problems []health.Problem) error {
-	has := map[health.Kind]bool{}
-	for _, p := range problems {
-		has[p.Kind] = true
-	}
-	if has[health.NamespaceMissing] {
+// Repair fixes the problems a health report found, with the smallest
+// change for each. The kill switch is fixed first, so the namespace is
+// closed while the rest is repaired; it is replaced atomically, never
+// removed. Problems no repair can fix (a stale handshake) are left alone.
+func (e *Engine) Repair(ctx context.Context, inst *Instance, rep *health.Report) error {
+	if rep.Has(health.NamespaceMissing) {
 		return e.Rebuild(ctx, inst)
 	}
+	sys := e.sys()
 	var errs []error
-	if has[health.PolicyMissing] || has[health.PolicyChanged] {
-		errs = append(errs, wrap("repair kill switch", applyPolicy(inst.Spec, false)))
+	if rep.Has(health.PolicyMissing) || rep.Has(health.PolicyChanged) {
+		errs = append(errs, wrap("repair kill switch", applyPolicy(sys.fw, inst.Spec, false)))
 	}
-	if has[health.TunnelMissing] || has[health.DataPlaneDead] {
+	tunnel := rep.Has(health.TunnelMissing) || rep.Has(health.DataPlaneDead)
+	if tunnel {
 		errs = append(errs, wrap("repair tunnel", e.RepairTunnel(ctx, inst)))
 	}
-	if has[health.RoutesWrong] && !has[health.TunnelMissing] && !has[health.DataPlaneDead] {
-		errs = append(errs, wrap("repair routes", e.fixRoutes(inst)))
+	if rep.Has(health.RoutesWrong) && !tunnel {
+		errs = append(errs, wrap("repair routes", sys.links.ConfigureTunnel(inst.Spec)))
 	}
-	if has[health.HostLinkMissing] {
-		deleteHostLink(inst.Spec.HostLink.HostIf)
-		_, err := createHostLink(inst.Spec)
+	hostPolicy := rep.Has(health.HostPolicyMissing)
+	if rep.Has(health.HostLinkMissing) {
+		sys.links.DeleteHostLink(inst.Spec.HostLink.HostIf)
+		_, err := sys.links.CreateHostLink(inst.Spec)
 		errs = append(errs, wrap("repair host link", err))
-		has[health.HostPolicyMissing] = true
+		hostPolicy = true
 	}
-	if has[health.HostPolicyMissing] {
-		errs = append(errs, wrap("repair host table", applyHostPolicy(inst.Spec)))
+	if hostPolicy {
+		errs = append(errs, wrap("repair host table", applyHostPolicy(sys.fw, inst.Spec)))
 	}
 	return errors.Join(errs...)
 }
@@ -47,6 +47,3 @@ func wrap(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
-
-// fixRoutes re-points the default routes at the tunnel.
-func (e *Engine) fixRoutes(inst *Instance) error { return configureTunnelL3(inst.Spec) }

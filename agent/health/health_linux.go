@@ -1,5 +1,3 @@
-// Package health inspects a confined namespace and lists what is wrong
-// with it. The daemon repairs what it finds; status reports it.
 package health
 
 import (
@@ -7,78 +5,103 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 )
 
-// Kind classifies a problem, so repairs can be targeted.
-type Kind int
-
-const (
-	NamespaceMissing Kind = iota
-	PolicyMissing         // kill-switch table absent
-	PolicyChanged         // table present but not what we compiled
-	TunnelMissing         // link absent or down in the namespace
-	DataPlaneDead         // userspace device stopped
-	HostLinkMissing
-	HostPolicyMissing
-	RoutesWrong // a default route does not point at the tunnel
-)
-
-// Problem is one thing wrong with a namespace.
-type Problem struct {
-	Kind   Kind
-	Detail string
+// Target says what to inspect.
+type Target struct {
+	Name string
+	// Interface is the tunnel link; "" means Spec's, or the default name.
+	Interface string
+	// Spec is the namespace's config. Nil (unknown): the kill switch is
+	// checked for being loaded only, and routes and host link not at all.
+	Spec *config.Spec
+	// Tunnel is the in-process data plane, if any.
+	Tunnel wireguard.Tunnel
+	// Peers reads the WireGuard peers and flags a stale handshake.
+	Peers bool
 }
 
-func (p Problem) String() string { return p.Detail }
+// Check inspects the namespace of s as its agent sees it: t is the
+// in-process tunnel, if any.
+func Check(s *config.Spec, t wireguard.Tunnel) *Report {
+	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t})
+}
 
-// Check inspects the namespace of s. t is the in-process tunnel, if any.
-func Check(s *config.Spec, t wireguard.Tunnel) []Problem {
-	var out []Problem
-	add := func(k Kind, format string, args ...any) {
-		out = append(out, Problem{k, fmt.Sprintf(format, args...)})
+// Inspect reads the namespace once and reports what it found.
+func Inspect(t Target) *Report {
+	r := &Report{Name: t.Name, Interface: t.Interface}
+	if r.Interface == "" {
+		r.Interface = names.Tunnel(t.Name)
+		if t.Spec != nil {
+			r.Interface = t.Spec.Interface
+		}
 	}
-	if !netns.Exists(s.Name) {
-		add(NamespaceMissing, "namespace %s does not exist", s.Name)
-		return out
+	if !netns.Exists(t.Name) {
+		r.Add(NamespaceMissing, "namespace %s does not exist", t.Name)
+		return r
 	}
-	switch ok, err := policyMatches(s); {
-	case err != nil:
-		add(PolicyMissing, "kill-switch table missing: %v", err)
-	case !ok:
-		add(PolicyChanged, "kill-switch table differs from the compiled policy")
-	}
-	if t != nil {
+	r.Namespace = true
+	inspectPolicy(r, t.Spec)
+	if t.Tunnel != nil {
 		select {
-		case <-t.Done():
-			add(DataPlaneDead, "WireGuard data plane for %s stopped", s.Interface)
+		case <-t.Tunnel.Done():
+			r.Add(DataPlaneDead, "WireGuard data plane for %s stopped", r.Interface)
 		default:
 		}
 	}
-	if h, err := netns.Handle(s.Name); err == nil {
-		l, err := h.LinkByName(s.Interface)
-		switch {
-		case err != nil:
-			add(TunnelMissing, "interface %s missing in namespace %s", s.Interface, s.Name)
-		case l.Attrs().Flags&1 == 0: // IFF_UP
-			add(TunnelMissing, "interface %s is down", s.Interface)
-		default:
-			if d := wrongDefaultRoutes(h, l.Attrs().Index, s.IPv6); d != "" {
-				add(RoutesWrong, "%s", d)
-			}
-		}
-		h.Close()
+	inspectLink(r, t.Spec)
+	if t.Peers {
+		inspectPeers(r)
 	}
-	if s.HostLink != nil {
+	if s := t.Spec; s != nil && s.HostLink != nil {
 		if _, err := netlink.LinkByName(s.HostLink.HostIf); err != nil {
-			add(HostLinkMissing, "host link %s missing", s.HostLink.HostIf)
+			r.Add(HostLinkMissing, "host link %s missing", s.HostLink.HostIf)
 		}
 		if ok, err := hostPolicyMatches(s); err != nil || !ok {
-			add(HostPolicyMissing, "host table for %s missing or changed", s.Name)
+			r.Add(HostPolicyMissing, "host table for %s missing or changed", s.Name)
 		}
 	}
-	return out
+	return r
+}
+
+// inspectLink reads the tunnel link and, with a spec, the default routes.
+func inspectLink(r *Report, s *config.Spec) {
+	h, err := netns.Handle(r.Name)
+	if err != nil {
+		if !netns.Exists(r.Name) { // deleted since Inspect looked
+			r.Add(NamespaceMissing, "namespace %s does not exist", r.Name)
+		} else {
+			r.Add(NamespaceUnreadable, "namespace %s cannot be opened: %v", r.Name, err)
+		}
+		return
+	}
+	defer h.Close()
+	l, err := h.LinkByName(r.Interface)
+	if err != nil {
+		r.Add(TunnelMissing, "interface %s missing in namespace %s: no tunnel (traffic is blocked)", r.Interface, r.Name)
+		return
+	}
+	r.Link.Present = true
+	r.Link.Up = l.Attrs().Flags&1 != 0 // IFF_UP
+	r.Link.MTU = l.Attrs().MTU
+	addrs, _ := h.AddrList(l, 0)
+	for _, a := range addrs {
+		if !a.IP.IsLinkLocalUnicast() {
+			r.Link.Addresses = append(r.Link.Addresses, a.IPNet.String())
+		}
+	}
+	if !r.Link.Up {
+		r.Add(TunnelMissing, "interface %s is down", r.Interface)
+		return
+	}
+	if s != nil {
+		if d := wrongDefaultRoutes(h, l.Attrs().Index, s.IPv6); d != "" {
+			r.Add(RoutesWrong, "%s", d)
+		}
+	}
 }
 
 // wrongDefaultRoutes describes default routes that do not point at the

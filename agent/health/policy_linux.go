@@ -1,30 +1,43 @@
 package health
 
 import (
-	"errors"
-
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
-// policyMatches reports whether the namespace's kill-switch table is
-// loaded and identical to what the spec compiles to. err: not loaded.
-func policyMatches(s *config.Spec) (bool, error) {
-	return matches(names.Netns(s.Name), policy.Compile(s))
-}
-
-func hostPolicyMatches(s *config.Spec) (bool, error) {
-	return matches("", policy.CompileHost(s))
-}
-
-func matches(nsPath string, want *policy.Ruleset) (bool, error) {
-	st, err := policy.Inspect(nsPath, want.Name)
-	if err != nil {
-		return false, err
+// inspectPolicy reads the kill switch back from the kernel: whether it is
+// loaded, whether it is exactly what the spec compiles to (when known),
+// its rule count and its drop counters.
+func inspectPolicy(r *Report, s *config.Spec) {
+	st, err := policy.Inspect(names.Netns(r.Name), names.Table)
+	if err != nil || !st.Loaded {
+		r.Add(PolicyMissing, "kill-switch table is NOT loaded")
+		return
 	}
-	if !st.Loaded {
-		return false, errors.New("table " + want.Name + " is not loaded")
+	r.Policy.Loaded = true
+	r.Policy.Rules = st.RuleCount()
+	r.Policy.Drops = map[string]uint64{}
+	for _, c := range st.Counters {
+		r.Policy.Drops[c.Name] = c.Packets
+	}
+	if s == nil {
+		return
+	}
+	if err := st.Verify(policy.Compile(s)); err != nil {
+		r.Add(PolicyChanged, "kill-switch table was changed: %v", err)
+		return
+	}
+	r.Policy.Matches = true
+}
+
+// hostPolicyMatches reports whether the host table of s's host link is
+// loaded and identical to what s compiles to.
+func hostPolicyMatches(s *config.Spec) (bool, error) {
+	want := policy.CompileHost(s)
+	st, err := policy.Inspect("", want.Name)
+	if err != nil || !st.Loaded {
+		return false, err
 	}
 	return st.Verify(want) == nil, nil
 }

@@ -1,6 +1,7 @@
 // Package status reports what a confined namespace looks like right now,
 // from live inspection (netlink, wgctrl, nftables), never from memory. It
-// never reports key material.
+// never reports key material. A report renders one health inspection (the
+// problems are health's, each once) with what the agent's state file adds.
 package status
 
 import (
@@ -9,14 +10,11 @@ import (
 	"os"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
-	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
-	"golang.zx2c4.com/wireguard/wgctrl"
 )
 
 // Report is one namespace's status.
@@ -38,26 +36,10 @@ type Report struct {
 }
 
 // Peer is a WireGuard peer, without keys.
-type Peer struct {
-	Endpoint        string     `json:"endpoint,omitempty"`
-	LatestHandshake *time.Time `json:"latestHandshake,omitempty"`
-	HandshakeAgeSec *float64   `json:"handshakeAgeSeconds,omitempty"`
-	RxBytes         int64      `json:"rxBytes"`
-	TxBytes         int64      `json:"txBytes"`
-	Keepalive       float64    `json:"keepaliveSeconds,omitempty"`
-}
+type Peer = health.Peer
 
 // Policy is the kill switch as loaded in the namespace.
-type Policy struct {
-	Loaded  bool              `json:"loaded"`
-	Matches bool              `json:"matchesConfig"`
-	Rules   int               `json:"rules"`
-	Drops   map[string]uint64 `json:"dropPackets,omitempty"`
-}
-
-// staleHandshake: WireGuard re-handshakes every 2 minutes while traffic
-// flows; with keepalive on, a handshake older than this means trouble.
-const staleHandshake = 180 * time.Second
+type Policy = health.Policy
 
 // Names lists namespaces the agent knows about (with a state file).
 func Names() []string { return engine.ListStates() }
@@ -71,101 +53,45 @@ func Get(name string) (*Report, error) {
 	if stErr != nil && !netns.Exists(name) {
 		return nil, fmt.Errorf("namespace %s: %w", name, os.ErrNotExist)
 	}
-	r := &Report{Name: name, Interface: names.Tunnel(name)}
+	t := health.Target{Name: name, Peers: true}
 	if st != nil {
-		r.Backend, r.Interface, r.AgentPID, r.DNS, r.HostLink = string(st.Backend), st.Interface, st.PID, st.DNS, st.HostIf
-	} else {
-		r.Problems = append(r.Problems, "namespace exists but no agent state (left by a crash?); run vpn-agent up or down")
+		t.Interface = st.Interface
 	}
-	if r.AgentPID > 0 {
-		r.AgentRunning = processAlive(r.AgentPID)
-		if !r.AgentRunning {
-			r.Problems = append(r.Problems, fmt.Sprintf("agent (pid %d) is not running", r.AgentPID))
-		}
-	}
-	inspectLink(r)
-	inspectWireGuard(r)
-	var spec *config.Spec
+	var configErr error
 	if st != nil && st.ConfigPath != "" {
-		s, err := config.LoadSpec(st.ConfigPath, config.Options{})
-		if err != nil {
-			r.Problems = append(r.Problems, "cannot load config "+st.ConfigPath+": "+err.Error())
-		} else {
-			spec = s
-		}
+		t.Spec, configErr = config.LoadSpec(st.ConfigPath, config.Options{})
 	}
-	inspectPolicy(r, spec)
-	if spec != nil {
-		for _, p := range health.Check(spec, nil) {
-			if p.Kind != health.PolicyMissing && p.Kind != health.PolicyChanged {
-				r.Problems = append(r.Problems, p.String())
-			}
-		}
+	h := health.Inspect(t)
+	running := st != nil && st.PID > 0 && processAlive(st.PID)
+	switch {
+	case st == nil:
+		h.Add(health.StateMissing, "namespace exists but no agent state (left by a crash?); run vpn-agent up or down")
+	case st.PID > 0 && !running:
+		h.Add(health.AgentNotRunning, "agent (pid %d) is not running", st.PID)
 	}
-	r.Healthy = len(r.Problems) == 0
+	if configErr != nil {
+		h.Add(health.ConfigUnreadable, "cannot load config %s: %v", st.ConfigPath, configErr)
+	}
+	r := render(h)
+	r.AgentRunning = running
+	if st != nil {
+		r.Backend, r.AgentPID, r.DNS, r.HostLink = string(st.Backend), st.PID, st.DNS, st.HostIf
+	}
 	return r, nil
 }
 
-func inspectLink(r *Report) {
-	h, err := netns.Handle(r.Name)
-	if err != nil {
-		r.Problems = append(r.Problems, "namespace missing")
-		return
-	}
-	defer h.Close()
-	l, err := h.LinkByName(r.Interface)
-	if err != nil {
-		r.Problems = append(r.Problems, fmt.Sprintf("interface %s missing: no tunnel (traffic is blocked)", r.Interface))
-		return
-	}
-	r.LinkUp = l.Attrs().Flags&1 != 0
-	r.MTU = l.Attrs().MTU
-	if !r.LinkUp {
-		r.Problems = append(r.Problems, fmt.Sprintf("interface %s is down", r.Interface))
-	}
-	addrs, _ := h.AddrList(l, 0)
-	for _, a := range addrs {
-		if !a.IP.IsLinkLocalUnicast() {
-			r.Addresses = append(r.Addresses, a.IPNet.String())
-		}
-	}
-}
-
-func inspectWireGuard(r *Report) {
-	err := netns.Do(r.Name, func() error {
-		c, err := wgctrl.New()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		d, err := c.Device(r.Interface)
-		if err != nil {
-			return err
-		}
-		now := time.Now()
-		fresh := false
-		for _, p := range d.Peers {
-			pr := Peer{RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval.Seconds()}
-			if p.Endpoint != nil {
-				pr.Endpoint = p.Endpoint.String()
-			}
-			if !p.LastHandshakeTime.IsZero() {
-				t := p.LastHandshakeTime.UTC()
-				age := now.Sub(p.LastHandshakeTime).Seconds()
-				pr.LatestHandshake, pr.HandshakeAgeSec = &t, &age
-				if p.PersistentKeepaliveInterval == 0 || now.Sub(p.LastHandshakeTime) < staleHandshake+p.PersistentKeepaliveInterval {
-					fresh = true
-				}
-			}
-			r.Peers = append(r.Peers, pr)
-		}
-		if !fresh {
-			r.Problems = append(r.Problems, "no recent handshake with any peer")
-		}
-		return nil
-	})
-	if err != nil && r.LinkUp {
-		r.Problems = append(r.Problems, "cannot read WireGuard state: "+err.Error())
+// render is the part of a status report that a health report gives.
+func render(h *health.Report) *Report {
+	return &Report{
+		Name:      h.Name,
+		Healthy:   h.Healthy(),
+		Problems:  h.Strings(),
+		Interface: h.Interface,
+		LinkUp:    h.Link.Up,
+		Addresses: h.Link.Addresses,
+		MTU:       h.Link.MTU,
+		Peers:     h.Peers,
+		Policy:    h.Policy,
 	}
 }
 

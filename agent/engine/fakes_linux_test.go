@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+	"github.com/vpn-confinement/vpn-confinement/policy"
+	"golang.org/x/sys/unix"
+)
+
+// world is a fake kernel and file system for the engine: what exists, the
+// calls made, in order, and the violations of the kill-switch invariants
+// it saw (checked at the moment of each call, not afterwards).
+type world struct {
+	ns         map[string]bool // namespaces
+	tables     map[string]bool // nsPath + " " + table
+	tunnels    map[string]bool // namespace/interface
+	configured map[string]bool // tunnels that carry traffic (addresses, up, routes)
+	hostLinks  map[string]bool
+	resolver   map[string]bool
+	state      map[string]bool
+
+	calls      []string
+	violations []string
+	// fail makes the named call fail (before it changes anything).
+	fail map[string]error
+}
+
+func newWorld() *world {
+	return &world{
+		ns: map[string]bool{}, tables: map[string]bool{}, tunnels: map[string]bool{},
+		configured: map[string]bool{}, hostLinks: map[string]bool{}, resolver: map[string]bool{},
+		state: map[string]bool{}, fail: map[string]error{},
+	}
+}
+
+// call records a call and returns its injected failure, if any.
+func (w *world) call(op string) error {
+	w.calls = append(w.calls, op)
+	return w.fail[op]
+}
+
+func (w *world) violate(format string, args ...any) {
+	w.violations = append(w.violations, fmt.Sprintf(format, args...))
+}
+
+func killSwitch(ns string) string { return names.Netns(ns) + " " + names.Table }
+
+func hostTable(ns string) string { return " " + names.HostTable(ns) }
+
+// snapshot lists everything that exists, sorted, for comparisons.
+func (w *world) snapshot() string {
+	var out []string
+	for what, m := range map[string]map[string]bool{"netns": w.ns, "table": w.tables, "tunnel": w.tunnels, "configured": w.configured, "hostlink": w.hostLinks, "resolver": w.resolver, "state": w.state} {
+		for k, v := range m {
+			if v {
+				out = append(out, what+" "+k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+// index returns the position of the first call with prefix op, or -1.
+func (w *world) index(op string) int {
+	return slices.IndexFunc(w.calls, func(c string) bool { return strings.HasPrefix(c, op) })
+}
+
+func (w *world) engine() *Engine {
+	return &Engine{
+		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ProbeKernel: func() error { return nil },
+		system: system{
+			ns: fakeNS{w}, fw: fakeFirewall{w}, links: fakeLinks{w}, tunnels: fakeTunnels{w}, files: fakeFiles{w},
+			lock: func(string) (*Lock, error) { return &Lock{}, w.call("lock") },
+		},
+	}
+}
+
+type fakeNS struct{ *world }
+
+func (f fakeNS) Exists(name string) bool { return f.ns[name] }
+func (f fakeNS) Create(name string) error {
+	if err := f.call("netns.create " + name); err != nil {
+		return err
+	}
+	if f.ns[name] {
+		return unix.EEXIST
+	}
+	f.ns[name] = true
+	return nil
+}
+func (f fakeNS) Delete(name string) error {
+	if err := f.call("netns.delete " + name); err != nil {
+		return err
+	}
+	// Everything in the namespace goes with it.
+	delete(f.ns, name)
+	delete(f.tables, killSwitch(name))
+	for k := range f.tunnels {
+		if strings.HasPrefix(k, name+"/") {
+			delete(f.tunnels, k)
+			delete(f.configured, k)
+		}
+	}
+	return nil
+}
+
+type fakeFirewall struct{ *world }
+
+func (f fakeFirewall) Create(r *policy.Ruleset, nsPath string) error {
+	if err := f.call("fw.create " + nsPath + " " + r.Name); err != nil {
+		return err
+	}
+	if f.tables[nsPath+" "+r.Name] {
+		return unix.EEXIST
+	}
+	f.tables[nsPath+" "+r.Name] = true
+	return nil
+}
+func (f fakeFirewall) Apply(r *policy.Ruleset, nsPath string) error {
+	if err := f.call("fw.apply " + nsPath + " " + r.Name); err != nil {
+		return err
+	}
+	f.tables[nsPath+" "+r.Name] = true
+	return nil
+}
+func (f fakeFirewall) Remove(nsPath, table string) error {
+	if nsPath != "" || table == names.Table {
+		f.violate("fw.remove %s %s: the kill switch was removed", nsPath, table)
+	}
+	if err := f.call("fw.remove " + nsPath + " " + table); err != nil {
+		return err
+	}
+	delete(f.tables, nsPath+" "+table)
+	return nil
+}
+
+type fakeLinks struct{ *world }
+
+func (f fakeLinks) ConfigureTunnel(s *config.Spec) error {
+	if err := f.call("links.configure " + s.Interface); err != nil {
+		return err
+	}
+	if !f.tables[killSwitch(s.Name)] {
+		f.violate("tunnel %s carries traffic without the kill switch", s.Interface)
+	}
+	if !f.tunnels[s.Name+"/"+s.Interface] {
+		return fmt.Errorf("find %q: no such link", s.Interface)
+	}
+	f.configured[s.Name+"/"+s.Interface] = true
+	return nil
+}
+func (f fakeLinks) CreateHostLink(s *config.Spec) (func() error, error) {
+	if err := f.call("hostlink.create " + s.HostLink.HostIf); err != nil {
+		return nil, err
+	}
+	if !f.tables[killSwitch(s.Name)] {
+		f.violate("host link %s up without the kill switch", s.HostLink.HostIf)
+	}
+	f.hostLinks[s.HostLink.HostIf] = true
+	return func() error { return f.DeleteHostLink(s.HostLink.HostIf) }, nil
+}
+func (f fakeLinks) DeleteHostLink(hostIf string) error {
+	if err := f.call("hostlink.delete " + hostIf); err != nil {
+		return err
+	}
+	delete(f.hostLinks, hostIf)
+	return nil
+}
+
+type fakeTunnels struct{ *world }
+
+func (f fakeTunnels) Ensure(_ context.Context, s *config.Spec, b config.Backend, _ *slog.Logger) (wireguard.Tunnel, error) {
+	key := s.Name + "/" + s.Interface
+	op := "tunnel.create "
+	if f.tunnels[key] {
+		op = "tunnel.adopt "
+	}
+	if err := f.call(op + s.Interface); err != nil {
+		return nil, err
+	}
+	if !f.ns[s.Name] {
+		return nil, fmt.Errorf("netns %s: no such namespace", s.Name)
+	}
+	f.tunnels[key] = true
+	return &fakeTunnel{w: f.world, ns: s.Name, name: s.Interface, backend: b, done: make(chan struct{})}, nil
+}
+func (f fakeTunnels) Destroy(ns, iface string) error {
+	if err := f.call("tunnel.destroy " + iface); err != nil {
+		return err
+	}
+	delete(f.tunnels, ns+"/"+iface)
+	delete(f.configured, ns+"/"+iface)
+	return nil
+}
+func (f fakeTunnels) RemoveStaleHostLink(ns, iface string) error {
+	return f.call("tunnel.remove-stale " + iface)
+}
+
+// fakeTunnel is a tunnel in the fake world. Kill closes Done, as a
+// userspace data plane does when its link is deleted.
+type fakeTunnel struct {
+	w        *world
+	ns, name string
+	backend  config.Backend
+	done     chan struct{}
+}
+
+func (t *fakeTunnel) Backend() config.Backend { return t.backend }
+func (t *fakeTunnel) Name() string            { return t.name }
+func (t *fakeTunnel) Done() <-chan struct{}   { return t.done }
+func (t *fakeTunnel) Destroy() error          { return fakeTunnels{t.w}.Destroy(t.ns, t.name) }
+func (t *fakeTunnel) Stop() (<-chan struct{}, error) {
+	return closedChan, t.Destroy()
+}
+
+type fakeFiles struct{ *world }
+
+func (f fakeFiles) WriteResolver(s *config.Spec) (bool, error) {
+	created := !f.resolver[s.Name]
+	if err := f.call("files.resolver " + s.Name); err != nil {
+		return false, err
+	}
+	f.resolver[s.Name] = true
+	return created, nil
+}
+func (f fakeFiles) RemoveResolver(name string) error {
+	if err := f.call("files.remove-resolver " + name); err != nil {
+		return err
+	}
+	delete(f.resolver, name)
+	return nil
+}
+func (f fakeFiles) WriteState(st *State) error {
+	if err := f.call("files.state " + st.Name); err != nil {
+		return err
+	}
+	f.state[st.Name] = true
+	return nil
+}
+func (f fakeFiles) RemoveState(name string) error {
+	if err := f.call("files.remove-state " + name); err != nil {
+		return err
+	}
+	delete(f.state, name)
+	return nil
+}
+func (f fakeFiles) RemoveUAPISocket(iface string) error { return f.call("files.remove-uapi " + iface) }
+func (f fakeFiles) RemoveStateDir(name string) error {
+	if err := f.call("files.remove-statedir " + name); err != nil {
+		return err
+	}
+	delete(f.state, name)
+	return nil
+}
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// testSpec is a resolved spec with a host link (hostLink false: without).
+func testSpec(hostLink bool) *config.Spec {
+	s := &config.Spec{
+		Name:      "torrent",
+		Backend:   config.BackendKernel,
+		Interface: names.Tunnel("torrent"),
+		Addresses: []netip.Prefix{pfx("10.2.0.2/32")},
+		MTU:       config.DefaultMTU,
+		Peers:     []config.PeerSpec{{Endpoint: "198.51.100.1:51820", AllowedIPs: []netip.Prefix{pfx("0.0.0.0/0")}}},
+		DNSMode:   config.DNSStrict,
+		DNS:       []netip.Addr{netip.MustParseAddr("10.2.0.1")},
+		OpenTCP:   []uint16{51413},
+	}
+	if hostLink {
+		s.HostLink = &config.HostLinkSpec{
+			HostIf: names.HostVeth(s.Name), NSIf: names.NSVeth(s.Name),
+			HostAddr: pfx("10.200.1.1/30"), NSAddr: pfx("10.200.1.2/30"),
+			AccessibleFrom: []netip.Prefix{pfx("192.168.1.0/24")},
+			Mappings:       []config.Mapping{{HostPort: 9091, NSPort: 9091, Proto: "tcp"}},
+		}
+	}
+	return s
+}
+
+// upFake brings the test namespace (with a host link) up in a fresh fake
+// world and forgets the calls that took.
+func upFake(t *testing.T) (*world, *Engine, *Instance) {
+	t.Helper()
+	w := newWorld()
+	e := w.engine()
+	inst, err := e.Up(context.Background(), testSpec(true), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.calls = nil
+	return w, e, inst
+}

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+	"github.com/vpn-confinement/vpn-confinement/policy"
+)
+
+// Where the engine meets the kernel and the file system: each interface
+// is the engine's whole use of one part of it, so that the journal, Up's
+// rollback and the repairs can be tested with fakes, without root.
+
+// namespaces creates and removes named network namespaces.
+type namespaces interface {
+	Exists(name string) bool
+	Create(name string) error
+	Delete(name string) error
+}
+
+// firewall loads and removes nftables tables (family inet) in the
+// namespace bind-mounted at nsPath ("": the host's).
+type firewall interface {
+	// Create loads a table that must not exist yet: unix.EEXIST if it does.
+	Create(r *policy.Ruleset, nsPath string) error
+	// Apply replaces the table atomically (or creates it).
+	Apply(r *policy.Ruleset, nsPath string) error
+	// Remove deletes the table; a missing one is not an error.
+	Remove(nsPath, table string) error
+}
+
+// links configures the links that carry traffic: the tunnel's addresses
+// and routes, and the veth pair of a host link.
+type links interface {
+	// ConfigureTunnel sets the tunnel's MTU and addresses, brings it up
+	// and points the default routes at it: from here it carries traffic.
+	ConfigureTunnel(s *config.Spec) error
+	// CreateHostLink makes the host link and returns its undo; on error
+	// it has undone its own work.
+	CreateHostLink(s *config.Spec) (undo func() error, err error)
+	// DeleteHostLink removes the host end of a veth; missing is fine.
+	DeleteHostLink(hostIf string) error
+}
+
+// tunnels creates and removes WireGuard links.
+type tunnels interface {
+	// Ensure creates the tunnel of s in its namespace, or adopts a kernel
+	// link an earlier agent left there.
+	Ensure(ctx context.Context, s *config.Spec, backend config.Backend, log *slog.Logger) (wireguard.Tunnel, error)
+	// Destroy removes the tunnel link iface in namespace ns by name.
+	Destroy(ns, iface string) error
+	// RemoveStaleHostLink removes a link named iface left in the host's
+	// namespace (a crash between creating it and moving it in).
+	RemoveStaleHostLink(ns, iface string) error
+}
+
+// files writes and removes what the engine keeps on disk for a namespace.
+type files interface {
+	// WriteResolver writes the resolver files; created says it made their
+	// directory (so a rollback removes only what it made).
+	WriteResolver(s *config.Spec) (created bool, err error)
+	RemoveResolver(name string) error
+	WriteState(st *State) error
+	RemoveState(name string) error
+	// RemoveUAPISocket removes a userspace tunnel's control socket.
+	RemoveUAPISocket(iface string) error
+	// RemoveStateDir removes the namespace's runtime directory and all in it.
+	RemoveStateDir(name string) error
+}
+
+// system is everything the engine changes outside its own memory. A zero
+// field means the real implementation.
+type system struct {
+	ns      namespaces
+	fw      firewall
+	links   links
+	tunnels tunnels
+	files   files
+	lock    func(name string) (*Lock, error)
+}
+
+// sys returns the engine's system with the real implementations filled in
+// (a copy: an Engine may be shared).
+func (e *Engine) sys() system {
+	d := e.system
+	if d.ns == nil {
+		d.ns = realNamespaces{}
+	}
+	if d.fw == nil {
+		d.fw = nftFirewall{}
+	}
+	if d.links == nil {
+		d.links = netlinkLinks{}
+	}
+	if d.tunnels == nil {
+		d.tunnels = wgTunnels{}
+	}
+	if d.files == nil {
+		d.files = runtimeFiles{}
+	}
+	if d.lock == nil {
+		d.lock = TryLock
+	}
+	return d
+}
+
+type realNamespaces struct{}
+
+func (realNamespaces) Exists(name string) bool  { return netns.Exists(name) }
+func (realNamespaces) Create(name string) error { return netns.Create(name) }
+func (realNamespaces) Delete(name string) error { return netns.Delete(name) }
+
+type nftFirewall struct{}
+
+func (nftFirewall) Create(r *policy.Ruleset, nsPath string) error { return policy.Create(r, nsPath) }
+func (nftFirewall) Apply(r *policy.Ruleset, nsPath string) error  { return policy.Apply(r, nsPath) }
+func (nftFirewall) Remove(nsPath, table string) error             { return policy.Remove(nsPath, table) }
+
+type netlinkLinks struct{}
+
+func (netlinkLinks) ConfigureTunnel(s *config.Spec) error { return configureTunnelL3(s) }
+func (netlinkLinks) CreateHostLink(s *config.Spec) (func() error, error) {
+	return createHostLink(s)
+}
+func (netlinkLinks) DeleteHostLink(hostIf string) error { return deleteHostLink(hostIf) }
+
+type wgTunnels struct{}
+
+func (wgTunnels) Ensure(ctx context.Context, s *config.Spec, backend config.Backend, log *slog.Logger) (wireguard.Tunnel, error) {
+	h, err := netns.Handle(s.Name)
+	if err != nil {
+		return nil, err
+	}
+	existing, lerr := h.LinkByName(s.Interface)
+	h.Close()
+	if lerr == nil {
+		if backend == config.BackendKernel && existing.Type() == "wireguard" {
+			cfg, err := wireguard.DeviceConfig(ctx, s)
+			if err != nil {
+				return nil, err
+			}
+			if err := wireguard.Reconfigure(s.Name, s.Interface, cfg); err != nil {
+				return nil, err
+			}
+			log.Info("adopted existing kernel WireGuard link", "interface", s.Interface)
+			return wireguard.AdoptKernel(s.Name, s.Interface), nil
+		}
+		// Anything else under our name is stale: replace it.
+		if err := wireguard.AdoptKernel(s.Name, s.Interface).Destroy(); err != nil {
+			return nil, err
+		}
+	}
+	return wireguard.Create(ctx, log, s, backend, s.Name)
+}
+
+func (wgTunnels) Destroy(ns, iface string) error { return wireguard.AdoptKernel(ns, iface).Destroy() }
+func (wgTunnels) RemoveStaleHostLink(ns, iface string) error {
+	return wireguard.RemoveStaleHostLink(ns, iface)
+}
+
+type runtimeFiles struct{}
+
+func (runtimeFiles) WriteResolver(s *config.Spec) (bool, error) { return writeResolver(s) }
+func (runtimeFiles) RemoveResolver(name string) error           { return removeResolver(name) }
+func (runtimeFiles) WriteState(st *State) error                 { return writeState(st) }
+func (runtimeFiles) RemoveState(name string) error              { return removeState(name) }
+func (runtimeFiles) RemoveUAPISocket(iface string) error {
+	if err := os.Remove(names.UAPISocket(iface)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+func (runtimeFiles) RemoveStateDir(name string) error { return os.RemoveAll(names.StateDir(name)) }
