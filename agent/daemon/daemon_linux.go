@@ -45,6 +45,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 	if err := Notify(fmt.Sprintf("READY=1\nSTATUS=namespace %s up (%s backend)\nMAINPID=%d", s.Name, inst.Backend, os.Getpid())); err != nil {
 		log.Warn("sd_notify failed", "err", err)
 	}
+	afterReady()
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
 	var wd <-chan time.Time

@@ -6,14 +6,18 @@ package daemon
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Notify sends an sd_notify(3) message to $NOTIFY_SOCKET. Without the
-// variable (not started by systemd) it does nothing.
+// variable (not started by systemd, or no longer listening) it does
+// nothing. It never blocks: a receiver whose queue is full (a stalled or
+// hostile listener) makes it fail at once, so the watchdog loop never waits
+// on it.
 func Notify(state string) error {
 	addr := os.Getenv("NOTIFY_SOCKET")
 	if addr == "" {
@@ -22,15 +26,25 @@ func Notify(state string) error {
 	if addr[0] == '@' {
 		addr = "\x00" + addr[1:] // abstract socket
 	}
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("sd_notify: %w", err)
 	}
-	defer c.Close()
-	if _, err := c.Write([]byte(state)); err != nil {
+	defer unix.Close(fd)
+	if err := unix.Sendto(fd, []byte(state), unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, &unix.SockaddrUnix{Name: addr}); err != nil {
 		return fmt.Errorf("sd_notify: %w", err)
 	}
 	return nil
+}
+
+// afterReady stops notifying once READY=1 is sent, unless systemd's
+// watchdog expects WATCHDOG=1: `vpn-agent up` listens only until READY,
+// and a socket path nobody listens on any more is one someone else could
+// bind.
+func afterReady() {
+	if WatchdogInterval() == 0 {
+		os.Unsetenv("NOTIFY_SOCKET")
+	}
 }
 
 // WatchdogInterval returns half of systemd's WatchdogSec for this process,
