@@ -1,8 +1,10 @@
 package health
 
 import (
+	"os"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.zx2c4.com/wireguard/wgctrl"
 )
@@ -14,7 +16,14 @@ const staleHandshake = 180 * time.Second
 // inspectPeers reads the tunnel's peers (never its keys) and judges
 // whether any has handshaken recently.
 func inspectPeers(r *Report) {
-	err := netns.Do(r.Name, func() error {
+	// A userspace device answers on its UAPI socket, which serves only
+	// clients in the host namespace: ask from this (host) thread. A kernel
+	// device lives in the namespace: ask there, over netlink.
+	in := func(f func() error) error { return netns.Do(r.Name, f) }
+	if _, err := os.Stat(names.UAPISocket(r.Interface)); err == nil {
+		in = func(f func() error) error { return f() }
+	}
+	err := in(func() error {
 		c, err := wgctrl.New()
 		if err != nil {
 			return err

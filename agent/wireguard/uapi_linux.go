@@ -28,10 +28,18 @@ func nsOf(path string) (nsIdent, error) {
 // uapiGuard decides who may use the UAPI socket. The socket file is
 // root's and 0700, but root inside the confined namespace (even with an
 // empty capability bounding set) is uid 0 too: it could read the private
-// key and point the host-side socket anywhere. Only a process in the
+// key and point the host-side socket anywhere. Only a client in the
 // agent's own (host) network and user namespaces that holds CAP_NET_ADMIN
 // there may configure the tunnel, as with kernel WireGuard.
+//
+// The network namespace is the client socket's own: a unix stream
+// connection's accepted socket is born in the connecting socket's
+// namespace, which SO_NETNS_COOKIE reads. That is exact where the
+// process's /proc entry is not (it shows the thread group leader's
+// namespace, not the connecting thread's). Kernels before 5.14 lack the
+// option; there the leader's namespace is compared.
 type uapiGuard struct {
+	cookie    uint64 // SO_NETNS_COOKIE of the host namespace; 0: unsupported
 	net, user nsIdent
 }
 
@@ -46,8 +54,26 @@ func newUAPIGuard() (*uapiGuard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read own user namespace: %w", err)
 	}
-	return &uapiGuard{net: n, user: u}, nil
+	g := &uapiGuard{net: n, user: u}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if c, err := netnsCookie(fd); err == nil {
+		g.cookie = c
+	}
+	return g, nil
 }
+
+func netnsCookie(fd int) (uint64, error) {
+	v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
+	return v, err
+}
+
+// soNetnsCookie is SO_NETNS_COOKIE (Linux 5.14), the same on every
+// architecture but not in this x/sys release for all of them.
+const soNetnsCookie = 71
 
 // allow returns nil if the process at the other end of c may use the
 // socket, or why not.
@@ -61,24 +87,41 @@ func (g *uapiGuard) allow(c net.Conn) error {
 		return err
 	}
 	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+	var cerr, kerr error
+	var cookie uint64
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		cookie, kerr = netnsCookie(int(fd))
+	}); err != nil {
 		return err
 	}
 	if cerr != nil {
 		return fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	return g.allowPID(int(cred.Pid))
+	if g.cookie != 0 {
+		if kerr != nil {
+			return fmt.Errorf("SO_NETNS_COOKIE: %w", kerr)
+		}
+		if cookie != g.cookie {
+			return fmt.Errorf("pid %d connected from another network namespace", cred.Pid)
+		}
+		return g.allowPID(int(cred.Pid), false)
+	}
+	return g.allowPID(int(cred.Pid), true)
 }
 
-func (g *uapiGuard) allowPID(pid int) error {
+// allowPID checks pid's user namespace and capabilities and, with
+// checkNet, its (leader thread's) network namespace.
+func (g *uapiGuard) allowPID(pid int, checkNet bool) error {
 	proc := "/proc/" + strconv.Itoa(pid)
-	n, err := nsOf(proc + "/ns/net")
-	if err != nil {
-		return fmt.Errorf("pid %d: %w", pid, err)
-	}
-	if n != g.net {
-		return fmt.Errorf("pid %d is in another network namespace", pid)
+	if checkNet {
+		n, err := nsOf(proc + "/ns/net")
+		if err != nil {
+			return fmt.Errorf("pid %d: %w", pid, err)
+		}
+		if n != g.net {
+			return fmt.Errorf("pid %d is in another network namespace", pid)
+		}
 	}
 	u, err := nsOf(proc + "/ns/user")
 	if err != nil {

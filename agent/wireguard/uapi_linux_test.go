@@ -1,12 +1,17 @@
 package wireguard
 
 import (
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Root in the host namespace may use the UAPI socket; root without
@@ -41,7 +46,7 @@ func TestUAPIGuard(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		err := g.allowPID(cmd.Process.Pid)
+		err := g.allowPID(cmd.Process.Pid, true)
 		cmd.Process.Kill()
 		cmd.Wait()
 		if tc.want == "" {
@@ -53,5 +58,55 @@ func TestUAPIGuard(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want %q", tc.argv, err, tc.want)
 		}
+	}
+}
+
+// The guard judges the connecting socket's namespace, not the process's:
+// a thread of a host process that entered another namespace is refused.
+func TestUAPIGuardJudgesTheSocket(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	g, err := newUAPIGuard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.cookie == 0 {
+		t.Skip("kernel without SO_NETNS_COOKIE")
+	}
+	p := filepath.Join(t.TempDir(), "uapi.sock")
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dial := func(otherNS bool) error {
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			if otherNS {
+				if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+					errc <- err
+					return
+				}
+			}
+			c, err := net.Dial("unix", p)
+			if err == nil {
+				defer c.Close()
+				var s net.Conn
+				if s, err = l.Accept(); err == nil {
+					err = g.allow(s)
+					s.Close()
+				}
+			}
+			errc <- err
+		}()
+		return <-errc
+	}
+	if err := dial(false); err != nil {
+		t.Fatalf("positive control: a host-namespace client refused: %v", err)
+	}
+	if err := dial(true); err == nil || !strings.Contains(err.Error(), "another network namespace") {
+		t.Fatalf("a client socket from another namespace: got %v", err)
 	}
 }
