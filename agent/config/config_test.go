@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -59,11 +58,7 @@ func (f *fixture) structured() map[string]any {
 
 func resolveJSON(t *testing.T, v any) (*Spec, error) {
 	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Parse(b)
+	c, err := Parse(marshal(t, v))
 	if err != nil {
 		return nil, err
 	}

@@ -112,13 +112,18 @@ func TestHostLinkOverlapsHostAddress(t *testing.T) {
 
 func parseJSON(t *testing.T, v any) *Config {
 	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Parse(b)
+	c, err := Parse(marshal(t, v))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+func marshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

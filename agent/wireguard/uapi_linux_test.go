@@ -17,13 +17,7 @@ import (
 // Root in the host namespace may use the UAPI socket; root without
 // CAP_NET_ADMIN, or in another network namespace, may not.
 func TestUAPIGuard(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	g, err := newUAPIGuard()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := rootGuard(t)
 	for _, tc := range []struct {
 		argv []string
 		want string // "": allowed (the positive control: root in the host namespace)
@@ -64,13 +58,7 @@ func TestUAPIGuard(t *testing.T) {
 // The guard judges the connecting socket's namespace, not the process's:
 // a thread of a host process that entered another namespace is refused.
 func TestUAPIGuardJudgesTheSocket(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	g, err := newUAPIGuard()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := rootGuard(t)
 	if g.cookie == 0 {
 		t.Skip("kernel without SO_NETNS_COOKIE")
 	}
@@ -109,4 +97,18 @@ func TestUAPIGuardJudgesTheSocket(t *testing.T) {
 	if err := dial(true); err == nil || !strings.Contains(err.Error(), "another network namespace") {
 		t.Fatalf("a client socket from another namespace: got %v", err)
 	}
+}
+
+// rootGuard is the guard of a host-namespace agent; the tests need root to
+// start processes in other namespaces.
+func rootGuard(t *testing.T) *uapiGuard {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	g, err := newUAPIGuard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
