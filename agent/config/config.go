@@ -33,6 +33,42 @@ type Config struct {
 	OpenPorts []Port `json:"openPorts,omitempty"`
 	// HostLink is the optional veth to the host, for web UIs.
 	HostLink HostLink `json:"hostLink,omitempty"`
+	// Health tunes how the agent decides that the tunnel works.
+	Health Health `json:"health,omitempty"`
+	// Metrics serves Prometheus metrics and health endpoints (off by
+	// default).
+	Metrics Metrics `json:"metrics,omitempty"`
+}
+
+// Health tunes liveness. Without a probe the agent judges the tunnel by
+// WireGuard's own timers: dead when data was sent and no handshake
+// completed within WireGuard's limits. An idle tunnel is not dead.
+type Health struct {
+	// Probe is an active check through the tunnel, for tunnels that are
+	// idle most of the time.
+	Probe *Probe `json:"probe,omitempty"`
+}
+
+// Probe is an active check through the tunnel.
+type Probe struct {
+	// Address is an IP address and port ("10.2.0.1:53") for a TCP connect,
+	// or an IP address alone for an ICMP echo. It must answer through every
+	// server of the pool (ProtonVPN's 10.2.0.1, its resolver, does).
+	Address string `json:"address"`
+	// Interval between probes, e.g. "30s" (default 30s; 1s–1h).
+	Interval string `json:"interval,omitempty"`
+	// Failures in a row that make the tunnel dead (default 3; 1–100).
+	Failures int `json:"failures,omitempty"`
+}
+
+// Metrics is where the agent serves /metrics (Prometheus), /healthz (200
+// when healthy, 503 with the problems otherwise) and /readyz (200 once the
+// namespace is up).
+type Metrics struct {
+	// Listen is an address in the host namespace: "127.0.0.1:9586",
+	// "[::1]:9586", or "unix:/run/vpn-confinement/NAME.metrics.sock".
+	// Empty: off.
+	Listen string `json:"listen,omitempty"`
 }
 
 // WireGuard describes the tunnel.
@@ -40,6 +76,12 @@ type WireGuard struct {
 	// ConfigFile is a wg-quick file (a runtime secret: it holds the private
 	// key). Its PostUp-style hooks are never run.
 	ConfigFile string `json:"configFile,omitempty"`
+	// ConfigFiles is a pool of wg-quick files, one server each, in order of
+	// preference (instead of configFile): the agent fails over to the next
+	// when the active one stops answering. Servers may differ in keys,
+	// addresses and DNS, not only in endpoint; each is checked as if it
+	// were the only one.
+	ConfigFiles []string `json:"configFiles,omitempty"`
 	// PrivateKeyFile holds the base64 private key (mode 0600 or stricter).
 	PrivateKeyFile string `json:"privateKeyFile,omitempty"`
 	// Addresses are the tunnel's own addresses as CIDRs, e.g.

@@ -109,6 +109,10 @@ func Conflicts(specs []*Spec, files []string) []Conflict {
 		}
 	}
 	for i, s := range specs {
+		if s.Metrics != nil {
+			clash("metrics/"+s.Metrics.String(), claim{i, "metrics.listen"},
+				fmt.Sprintf("both serve metrics on %s", s.Metrics), "give each namespace its own metrics.listen address")
+		}
 		if s.ListenPort != 0 {
 			clash(fmt.Sprintf("port/udp/%d", s.ListenPort), claim{i, "wireguard.listenPort"},
 				fmt.Sprintf("both use host port udp/%d", s.ListenPort), "use each host port in one namespace only")

@@ -48,6 +48,8 @@ func TestConflicts(t *testing.T) {
 			[]string{"a.json and b.json: hostLink.hostAddress:", "10.200.1.0/30 and 10.200.1.0/30 overlap", "10.200.N.1/30"}},
 		{"overlapping subnet", hostLink("10.200.0.1/16", "10.200.0.2/16"), hostLink("10.200.7.5/30", "10.200.7.6/30"), "b",
 			[]string{"hostLink.hostAddress:", "10.200.0.0/16 and 10.200.7.4/30 overlap"}},
+		{"same metrics address", func(c *Config) { c.Metrics.Listen = "127.0.0.1:9586" }, func(c *Config) { c.Metrics.Listen = "127.0.0.1:9586" }, "b",
+			[]string{"a.json and b.json: metrics.listen:", "both serve metrics on 127.0.0.1:9586"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

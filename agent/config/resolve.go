@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -42,7 +43,70 @@ func LoadSpec(path string, opts Options) (*Spec, error) {
 
 // Resolve validates c and returns a Spec. The first problem found is
 // returned as a *FieldError (or wraps a wgquick.Error for the wg-quick file).
+// With a pool of servers (wireguard.configFiles) every server is resolved
+// as if it were the only one, and the Spec is the first's, with the whole
+// pool in Pool.
 func Resolve(c *Config, opts Options) (*Spec, error) {
+	files := c.WireGuard.ConfigFiles
+	if len(files) == 0 {
+		return resolveOne(c, opts)
+	}
+	if err := checkPool(c); err != nil {
+		return nil, err
+	}
+	pool := make([]*Spec, len(files))
+	for i, f := range files {
+		one := *c
+		one.WireGuard.ConfigFile, one.WireGuard.ConfigFiles = f, nil
+		s, err := resolveOne(&one, opts)
+		if err != nil {
+			return nil, poolErr(err, i)
+		}
+		s.Server = i
+		pool[i] = s
+	}
+	for _, s := range pool {
+		s.Pool = pool
+	}
+	return pool[0], nil
+}
+
+// checkPool checks what a pool of wg-quick files allows beside it.
+func checkPool(c *Config) error {
+	w := c.WireGuard
+	switch {
+	case w.ConfigFile != "":
+		return fieldErr("wireguard.configFiles", "give one server as configFile or a pool as configFiles, not both", "both configFile and configFiles are set")
+	case w.PrivateKeyFile != "" || len(w.Addresses) > 0 || len(w.Peers) > 0:
+		return fieldErr("wireguard.configFiles", "each file of the pool is a whole server: remove privateKeyFile, addresses and peers", "structured tunnel options given with a pool")
+	case len(w.ConfigFiles) > maxPool:
+		return fieldErr("wireguard.configFiles", fmt.Sprintf("keep at most %d servers", maxPool), "%d files given", len(w.ConfigFiles))
+	}
+	seen := map[string]int{}
+	for i, f := range w.ConfigFiles {
+		if j, dup := seen[f]; dup {
+			return fieldErr(fmt.Sprintf("wireguard.configFiles[%d]", i), "list each file once", "%s is also configFiles[%d]", f, j)
+		}
+		seen[f] = i
+	}
+	return nil
+}
+
+// maxPool bounds the servers of one namespace.
+const maxPool = 32
+
+// poolErr names server i's file field in an error about it.
+func poolErr(err error, i int) error {
+	var fe *FieldError
+	if errors.As(err, &fe) && strings.HasPrefix(fe.Field, "wireguard.configFile") {
+		c := *fe
+		c.Field = fmt.Sprintf("wireguard.configFiles[%d]", i) + strings.TrimPrefix(fe.Field, "wireguard.configFile")
+		return &c
+	}
+	return err
+}
+
+func resolveOne(c *Config, opts Options) (*Spec, error) {
 	s := &Spec{}
 	if err := resolveNames(c, s); err != nil {
 		return nil, err
@@ -63,6 +127,12 @@ func Resolve(c *Config, opts Options) (*Spec, error) {
 		return nil, err
 	}
 	if err := checkOverlaps(s); err != nil {
+		return nil, err
+	}
+	if err := resolveHealth(c, s); err != nil {
+		return nil, err
+	}
+	if err := resolveMetrics(c, s); err != nil {
 		return nil, err
 	}
 	if !opts.Static {

@@ -51,11 +51,20 @@ type Spec struct {
 
 	HostLink *HostLinkSpec // nil when disabled
 
+	Probe   *ProbeSpec // nil: judge by WireGuard's timers only
+	Metrics *Listen    // nil when off
+
 	// Warnings from parsing (ignored wg-quick keys), for the log.
 	Warnings []string
 	// KeysLoaded is false when resolved without reading secret files
 	// (build-time validation); such a Spec cannot be brought up.
 	KeysLoaded bool
+
+	// Pool is every server of a wireguard.configFiles pool, in order of
+	// preference, each a whole Spec (nil with one server); Server is this
+	// Spec's index in it.
+	Pool   []*Spec
+	Server int
 
 	// fromFile records which values came from the wg-quick file, so that
 	// errors found later name its line rather than a JSON field.
@@ -73,6 +82,18 @@ type PeerSpec struct {
 	Endpoint     string // host:port, resolved at bring-up
 	AllowedIPs   []netip.Prefix
 	Keepalive    time.Duration
+}
+
+// ProbeSpec is a resolved health probe.
+type ProbeSpec struct {
+	Target   netip.AddrPort // port 0: ICMP echo
+	Interval time.Duration
+	Failures int
+}
+
+// Listen is a resolved listening address: Network "tcp" or "unix".
+type Listen struct {
+	Network, Address string
 }
 
 // HostLinkSpec is a resolved host link.

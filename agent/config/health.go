@@ -1,0 +1,98 @@
+package config
+
+import (
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Probe defaults and bounds.
+const (
+	DefaultProbeInterval = 30 * time.Second
+	DefaultProbeFailures = 3
+)
+
+func resolveHealth(c *Config, s *Spec) error {
+	p := c.Health.Probe
+	if p == nil {
+		return nil
+	}
+	ps := &ProbeSpec{Interval: DefaultProbeInterval, Failures: DefaultProbeFailures}
+	if ap, err := netip.ParseAddrPort(p.Address); err == nil {
+		if ap.Port() == 0 {
+			return fieldErr("health.probe.address", "use a port 1–65535, or the address alone for ICMP", "port 0")
+		}
+		ps.Target = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	} else if a, err := netip.ParseAddr(p.Address); err == nil {
+		ps.Target = netip.AddrPortFrom(a.Unmap(), 0)
+	} else {
+		return fieldErr("health.probe.address", `write an IP address and port such as "10.2.0.1:53", or an IP address alone for ICMP`, "%q is neither", p.Address)
+	}
+	a := ps.Target.Addr()
+	switch {
+	case a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || a.IsLinkLocalUnicast():
+		return fieldErr("health.probe.address", "probe an address beyond the tunnel, e.g. your provider's resolver", "%s is not reached through the tunnel", a)
+	case a.Is6() && !s.IPv6 && !s.contentUnknown:
+		return fieldErr("health.probe.address", `probe an IPv4 address, or tunnel IPv6 ("ipv6": "tunnel")`, "%s is IPv6 but IPv6 is blocked", a)
+	}
+	if s.HostLink != nil {
+		for i, pfx := range s.HostLink.AccessibleFrom {
+			if pfx.Contains(a) || s.HostLink.HostAddr.Masked().Contains(a) {
+				return fieldErr("health.probe.address", "probe an address beyond the tunnel", "%s is on the host link (hostLink.accessibleFrom[%d] or its subnet), not through the tunnel", a, i)
+			}
+		}
+	}
+	if p.Interval != "" {
+		d, err := time.ParseDuration(p.Interval)
+		if err != nil {
+			return fieldErr("health.probe.interval", `write a duration such as "30s"`, "%q is not a duration", p.Interval)
+		}
+		if d < time.Second || d > time.Hour {
+			return fieldErr("health.probe.interval", "use 1s–1h", "%s is out of range", d)
+		}
+		ps.Interval = d
+	}
+	if p.Failures != 0 {
+		if p.Failures < 1 || p.Failures > 100 {
+			return fieldErr("health.probe.failures", "use 1–100 (default 3)", "%d is out of range", p.Failures)
+		}
+		ps.Failures = p.Failures
+	}
+	s.Probe = ps
+	return nil
+}
+
+func resolveMetrics(c *Config, s *Spec) error {
+	l := c.Metrics.Listen
+	if l == "" {
+		return nil
+	}
+	if path, ok := strings.CutPrefix(l, "unix:"); ok {
+		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+			return fieldErr("metrics.listen", `give an absolute, clean socket path, e.g. "unix:/run/vpn-confinement/`+s.Name+`.metrics.sock"`, "%q is not", path)
+		}
+		if len(path) > 107 {
+			return fieldErr("metrics.listen", "use a path of at most 107 bytes (sun_path)", "%d bytes long", len(path))
+		}
+		s.Metrics = &Listen{Network: "unix", Address: path}
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(l)
+	if err != nil || ap.Port() == 0 {
+		return fieldErr("metrics.listen", `write an IP address and port such as "127.0.0.1:9586", or "unix:/path"`, "%q is not", l)
+	}
+	if a := ap.Addr(); a.IsMulticast() {
+		return fieldErr("metrics.listen", "listen on a local address such as 127.0.0.1", "%s is multicast", a)
+	}
+	s.Metrics = &Listen{Network: "tcp", Address: ap.String()}
+	return nil
+}
+
+// String is the address as configured.
+func (l *Listen) String() string {
+	if l.Network == "unix" {
+		return "unix:" + l.Address
+	}
+	return l.Address
+}

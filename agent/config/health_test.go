@@ -1,0 +1,88 @@
+package config
+
+import (
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestPool(t *testing.T) {
+	f := newFixture(t)
+	second := filepath.Join(f.dir, "nl.conf")
+	write(t, second, "[Interface]\nPrivateKey = "+genKey(t).String()+"\nAddress = 10.3.0.7/32\nDNS = 10.3.0.1\n\n[Peer]\nPublicKey = "+genKey(t).PublicKey().String()+"\nEndpoint = nl.vpn.example:51820\nAllowedIPs = 0.0.0.0/0\n", 0o600)
+	s, err := resolveJSON(t, map[string]any{"name": "proton", "wireguard": map[string]any{"configFiles": []any{f.wgFile, second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Pool) != 2 || s.Pool[0] != s || s.Server != 0 || s.Pool[1].Server != 1 || s.Pool[1].Pool[0] != s {
+		t.Fatalf("pool not linked: %+v", s.Pool)
+	}
+	if a, d := s.Pool[1].Addresses[0].String(), s.Pool[1].DNS[0].String(); a != "10.3.0.7/32" || d != "10.3.0.1" {
+		t.Errorf("second server: address %s, DNS %s", a, d)
+	}
+	if s.Addresses[0].String() != "10.2.0.2/32" || s.Pool[1].Peers[0].Endpoint != "nl.vpn.example:51820" {
+		t.Errorf("first server: %v, second's endpoint %s", s.Addresses, s.Pool[1].Peers[0].Endpoint)
+	}
+	// A bad server is named by its index in the pool, with its line.
+	write(t, second, "[Interface]\nPrivateKey = "+genKey(t).String()+"\nAddress = 10.3.0.7/32\nDNS = 127.0.0.1\n\n[Peer]\nPublicKey = "+genKey(t).PublicKey().String()+"\nEndpoint = 192.0.2.9:51820\nAllowedIPs = 0.0.0.0/0\n", 0o600)
+	_, err = resolveJSON(t, map[string]any{"name": "proton", "wireguard": map[string]any{"configFiles": []any{f.wgFile, second}}})
+	wantErr(t, err, "wireguard.configFiles[1]", second+" line 4: DNS: 127.0.0.1")
+	for _, tc := range []struct {
+		wg    map[string]any
+		field string
+		want  string
+	}{
+		{map[string]any{"configFile": f.wgFile, "configFiles": []any{second}}, "wireguard.configFiles", "not both"},
+		{map[string]any{"configFiles": []any{f.wgFile}, "privateKeyFile": f.keyFile}, "wireguard.configFiles", "whole server"},
+		{map[string]any{"configFiles": []any{f.wgFile, f.wgFile}}, "wireguard.configFiles[1]", "also configFiles[0]"},
+	} {
+		_, err := resolveJSON(t, map[string]any{"name": "proton", "wireguard": tc.wg})
+		wantErr(t, err, tc.field, tc.want)
+	}
+}
+
+func TestProbeAndMetrics(t *testing.T) {
+	f := newFixture(t)
+	m := f.structured()
+	m["health"] = map[string]any{"probe": map[string]any{"address": "10.2.0.1:53", "interval": "10s"}}
+	m["metrics"] = map[string]any{"listen": "127.0.0.1:9586"}
+	s, err := resolveJSON(t, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Probe.Target != netip.MustParseAddrPort("10.2.0.1:53") || s.Probe.Interval != 10*time.Second || s.Probe.Failures != DefaultProbeFailures {
+		t.Errorf("probe %+v", s.Probe)
+	}
+	if s.Metrics.Network != "tcp" || s.Metrics.String() != "127.0.0.1:9586" {
+		t.Errorf("metrics %+v", s.Metrics)
+	}
+	m["health"] = map[string]any{"probe": map[string]any{"address": "10.2.0.1"}}
+	m["metrics"] = map[string]any{"listen": "unix:/run/vpn-confinement/proton.metrics.sock"}
+	if s, err = resolveJSON(t, m); err != nil || s.Probe.Target.Port() != 0 || s.Probe.Interval != DefaultProbeInterval || s.Metrics.Network != "unix" {
+		t.Fatalf("ICMP probe / unix listener: %+v %+v %v", s.Probe, s.Metrics, err)
+	}
+	for _, tc := range []struct {
+		health, metrics any
+		field, want     string
+	}{
+		{map[string]any{"probe": map[string]any{"address": "resolver.example:53"}}, nil, "health.probe.address", "is neither"},
+		{map[string]any{"probe": map[string]any{"address": "127.0.0.1:53"}}, nil, "health.probe.address", "not reached through the tunnel"},
+		{map[string]any{"probe": map[string]any{"address": "[fd00::1]:53"}}, nil, "health.probe.address", "IPv6 is blocked"},
+		{map[string]any{"probe": map[string]any{"address": "10.2.0.1:53", "interval": "100ms"}}, nil, "health.probe.interval", "out of range"},
+		{map[string]any{"probe": map[string]any{"address": "10.2.0.1:53", "interval": "often"}}, nil, "health.probe.interval", "not a duration"},
+		{map[string]any{"probe": map[string]any{"address": "10.2.0.1:53", "failures": 1000}}, nil, "health.probe.failures", "out of range"},
+		{nil, map[string]any{"listen": "localhost"}, "metrics.listen", "is not"},
+		{nil, map[string]any{"listen": "unix:relative.sock"}, "metrics.listen", "absolute"},
+	} {
+		m := f.structured()
+		if tc.health != nil {
+			m["health"] = tc.health
+		}
+		if tc.metrics != nil {
+			m["metrics"] = tc.metrics
+		}
+		_, err := resolveJSON(t, m)
+		wantErr(t, err, tc.field, tc.want)
+	}
+}
