@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
 )
 
 // Process is a provider-binary instance (WireGuard provider or decoy)

@@ -21,9 +21,9 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
 )
 
 // Options configure New.
@@ -315,7 +315,7 @@ func (tp *Topo) ClientPeer(ifname string) *provider.WireGuard {
 		Interface:  ifname,
 		PrivateKey: tp.ClientKey.String(),
 		Addresses:  []string{ClientTunnel4.String() + "/32", ClientTunnel6.String() + "/128"},
-		Routes:     []string{"198.19.66.0/24", "fd66::/64"},
+		Routes:     []provider.Route{{Dst: "198.19.66.0/24"}, {Dst: "fd66::/64"}},
 		Peers: []provider.Peer{{
 			PublicKey:  tp.ProvKey.PublicKey().String(),
 			Endpoint:   netip.AddrPortFrom(Endpoint4, WGPort).String(),

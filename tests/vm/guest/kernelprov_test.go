@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
