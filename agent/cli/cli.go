@@ -52,7 +52,7 @@ func Main(args []string) int {
 	cmds := map[string]func([]string, io.Writer) int{
 		"run": cmdRun, "up": cmdUp, "down": cmdDown, "exec": cmdExec,
 		"status": cmdStatus, "validate": cmdValidate, "policy": cmdPolicy,
-		"unit": cmdUnit, "bench": cmdBench, "demo": cmdDemo, "probe": cmdProbe,
+		"unit": cmdUnit, "bench": cmdBench, "demo": cmdDemo,
 		"version": func([]string, io.Writer) int { fmt.Println("vpn-agent", Version); return 0 },
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
