@@ -24,7 +24,14 @@ import (
 // provider's UAPI socket vt1a2b3cw.sock. An owner file in RegistryDir
 // (pid and start time of the process that made the ID) lets Sweep tell
 // the leftovers of dead runs from the testbeds of live ones.
-const RegistryDir = "/run/vpn-confinement-testbed"
+//
+// RegistryDir is the e2e tests' historical registry, so that test runs of
+// older checkouts (which sweep "vt" names whose owner file is not there)
+// and of this one see each other's owners; older benches kept theirs in
+// legacyBenchRegistry, which Sweep honours too.
+const RegistryDir = "/run/vpn-confinement-e2e"
+
+const legacyBenchRegistry = "/run/vpn-confinement-bench"
 
 var prefixRE = regexp.MustCompile(`^[a-z]{2}$`)
 
@@ -81,7 +88,16 @@ func startTime(pid int) string {
 
 // ownerAlive reports whether the process that reserved id still runs.
 func ownerAlive(id string) bool {
-	b, err := os.ReadFile(filepath.Join(RegistryDir, id))
+	for _, dir := range []string{RegistryDir, legacyBenchRegistry} {
+		if ownerFileAlive(filepath.Join(dir, id)) {
+			return true
+		}
+	}
+	return false
+}
+
+func ownerFileAlive(path string) bool {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return false
 	}
@@ -93,7 +109,10 @@ func ownerAlive(id string) bool {
 	return err == nil && startTime(pid) == f[1]
 }
 
-var idRE = regexp.MustCompile(`(^|-)([a-z]{2}[0-9a-f]{6})[a-z]?(\.sock|\.lock)?$`)
+// idRE: an optional "xx-" link prefix, the ID, an optional role letter
+// and sequence number (the bench's up/down cycles: vb1a2b3ce12), an
+// optional socket or lock suffix.
+var idRE = regexp.MustCompile(`(^|-)([a-z]{2}[0-9a-f]{6})([a-z][0-9]{0,4})?(\.sock|\.lock)?$`)
 
 // IDOf returns the ID with the given prefix that a resource name belongs
 // to, or "".

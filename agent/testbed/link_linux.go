@@ -16,12 +16,14 @@ import (
 )
 
 // End is one end of a veth pair: its namespace, name, optional ifindex
-// (0: the kernel picks) and addresses.
+// (0: the kernel picks) and addresses. NoIPv6 disables IPv6 on it before
+// it comes up (no DAD or router solicitations).
 type End struct {
-	NS    string
-	Name  string
-	Index int
-	Addrs []netip.Prefix
+	NS     string
+	Name   string
+	Index  int
+	Addrs  []netip.Prefix
+	NoIPv6 bool
 }
 
 // AddVeth creates a veth pair inside a.NS, moves end b into b.NS, puts
@@ -59,6 +61,11 @@ func AddVeth(a, b End) error {
 		}
 	}
 	for _, e := range []End{a, b} {
+		if e.NoIPv6 {
+			if err := Sysctl(e.NS, "net.ipv6.conf."+e.Name+".disable_ipv6", "1"); err != nil {
+				return err
+			}
+		}
 		if err := AddrUp(e.NS, e.Name, e.Addrs...); err != nil {
 			return err
 		}
@@ -69,15 +76,13 @@ func AddVeth(a, b End) error {
 // AddrUp adds addresses (IPv6 ones without DAD) to link in namespace ns
 // and sets it up.
 func AddrUp(ns, link string, addrs ...netip.Prefix) error {
-	h, err := netns.Handle(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	l, err := h.LinkByName(link)
-	if err != nil {
-		return fmt.Errorf("find %q in %q: %w", link, ns, err)
-	}
+	return withLink(ns, link, func(h *netlink.Handle, l netlink.Link) error {
+		return addrUp(h, l, ns, addrs)
+	})
+}
+
+func addrUp(h *netlink.Handle, l netlink.Link, ns string, addrs []netip.Prefix) error {
+	link := l.Attrs().Name
 	for _, p := range addrs {
 		a := &netlink.Addr{IPNet: IPNet(p)}
 		if p.Addr().Is6() {
@@ -114,42 +119,42 @@ func AddRoute(ns string, dst netip.Prefix, gw netip.Addr) error {
 	return nil
 }
 
-func rename(ns, from, to string) error {
+// withLink runs fn with a netlink handle in namespace ns and its link.
+func withLink(ns, link string, fn func(*netlink.Handle, netlink.Link) error) error {
 	h, err := netns.Handle(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	l, err := h.LinkByName(from)
-	if err == nil {
-		err = h.LinkSetName(l, to)
-	}
-	if err != nil {
-		return fmt.Errorf("rename %q to %q in %q: %w", from, to, ns, err)
-	}
-	return nil
-}
-
-// MoveLink moves link from namespace from into namespace to.
-func MoveLink(from, link, to string) error {
-	h, err := netns.Handle(from)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	l, err := h.LinkByName(link)
 	if err != nil {
-		return fmt.Errorf("find %q in %q: %w", link, from, err)
+		return fmt.Errorf("find %q in %q: %w", link, ns, err)
 	}
-	ns, err := netns.Open(to)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	if err := h.LinkSetNsFd(l, int(ns)); err != nil {
-		return fmt.Errorf("move %q into %q: %w", link, to, err)
-	}
-	return nil
+	return fn(h, l)
+}
+
+func rename(ns, from, to string) error {
+	return withLink(ns, from, func(h *netlink.Handle, l netlink.Link) error {
+		if err := h.LinkSetName(l, to); err != nil {
+			return fmt.Errorf("rename %q to %q in %q: %w", from, to, ns, err)
+		}
+		return nil
+	})
+}
+
+// MoveLink moves link from namespace from into namespace to.
+func MoveLink(from, link, to string) error {
+	return withLink(from, link, func(h *netlink.Handle, l netlink.Link) error {
+		ns, err := netns.Open(to)
+		if err != nil {
+			return err
+		}
+		defer ns.Close()
+		if err := h.LinkSetNsFd(l, int(ns)); err != nil {
+			return fmt.Errorf("move %q into %q: %w", link, to, err)
+		}
+		return nil
+	})
 }
 
 // Sysctl sets net.* keys ("net.ipv4.ip_forward") in namespace ns.

@@ -34,7 +34,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
 var (
@@ -69,7 +69,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: skipping all tests:", env.skip)
 		return m.Run()
 	}
-	if removed, err := topo.Sweep(); len(removed) > 0 || err != nil {
+	if removed, err := harness.Sweep(); len(removed) > 0 || err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: swept leftovers of earlier runs: %v (errors: %v)\n", removed, err)
 	}
 	dir, err := os.MkdirTemp("", "vpn-e2e-bin")
@@ -88,7 +88,7 @@ func run(m *testing.M) int {
 	}
 	// Every topology cleans up after itself; whatever a sweep still finds
 	// was leaked by this run (or a crashed one).
-	if removed, err := topo.Sweep(); len(removed) > 0 || err != nil {
+	if removed, err := harness.Sweep(); len(removed) > 0 || err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: FAIL: resources left behind after the run (now removed): %v (errors: %v)\n", removed, err)
 		if code == 0 {
 			code = 1
@@ -204,7 +204,7 @@ func requireAgent(t *testing.T) {
 }
 
 // newTopo builds a topology with the provider running.
-func newTopo(t *testing.T) *topo.Topo {
+func newTopo(t *testing.T) *harness.Topo {
 	t.Helper()
-	return topo.New(t, topo.Options{ProviderBin: env.providerBin})
+	return harness.New(t, harness.Options{ProviderBin: env.providerBin})
 }
