@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // proc is a child process started on a namespace thread. It gets its own
@@ -21,12 +23,12 @@ type proc struct {
 	err            error
 }
 
-func startProc(th *nsThread, path string, args ...string) (*proc, error) {
+func startProc(th *testbed.Thread, path string, args ...string) (*proc, error) {
 	p := &proc{cmd: exec.Command(path, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := th.Do(p.cmd.Start); err != nil {
-		return nil, fmt.Errorf("start %s in %s: %w", path, th.name, err)
+		return nil, fmt.Errorf("start %s in %s: %w", path, th.NS(), err)
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	return p, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // stockEnv lets the stock wireguard-go run on a kernel it believes has
@@ -60,27 +61,10 @@ func (t *topo) startReference(wgGo, wg string, mtu int) (*refTunnel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wg set %s: %w: %s", t.RefIf, err, strings.TrimSpace(string(out)))
 	}
-	if err := t.under.Do(func() error { return moveLink(t.RefIf, t.C) }); err != nil {
+	if err := testbed.MoveLink(t.U, t.RefIf, t.C); err != nil {
 		return nil, err
 	}
 	return r, t.configureRefLink(mtu)
-}
-
-// moveLink moves a link of the calling thread's namespace into ns.
-func moveLink(name, ns string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("find %s: %w", name, err)
-	}
-	h, err := netns.Open(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	if err := netlink.LinkSetNsFd(l, int(h)); err != nil {
-		return fmt.Errorf("move %s into %s: %w", name, ns, err)
-	}
-	return nil
 }
 
 // configureRefLink gives the reference interface its address and one
@@ -99,14 +83,14 @@ func (t *topo) configureRefLink(mtu int) error {
 		return fmt.Errorf("mtu of %s: %w", t.RefIf, err)
 	}
 	a := netip.PrefixFrom(netip.MustParseAddr(tunnelRef), 32)
-	if err := h.AddrReplace(l, &netlink.Addr{IPNet: ipNet(a)}); err != nil {
+	if err := h.AddrReplace(l, &netlink.Addr{IPNet: testbed.IPNet(a)}); err != nil {
 		return fmt.Errorf("address of %s: %w", t.RefIf, err)
 	}
 	if err := h.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set %s up: %w", t.RefIf, err)
 	}
 	dst := netip.PrefixFrom(netip.MustParseAddr(refServer), 32)
-	rt := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst), Scope: netlink.SCOPE_LINK}
+	rt := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: testbed.IPNet(dst), Scope: netlink.SCOPE_LINK}
 	if err := h.RouteReplace(rt); err != nil {
 		return fmt.Errorf("route %s dev %s: %w", dst, t.RefIf, err)
 	}
