@@ -83,14 +83,7 @@ func TestAgentTunnel(t *testing.T) {
 		t.Fatalf("no traffic through the tunnel: %v\nagent output:\n%s", r, c.d.Output())
 	}
 	secret := harness.Marker("tunnelled")
-	rs := probe.All(
-		func() probe.Result {
-			return probe.TCPEcho(c.name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), secret)
-		},
-		func() probe.Result {
-			return probe.UDPEcho(c.name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), secret)
-		},
-		func() probe.Result { return probe.Ping(c.name, testbed.ProvTunnel4) },
+	rs := probe.All(append(harness.TunnelProbes(c.name, testbed.ProvTunnel4, secret),
 		func() probe.Result {
 			return harness.Eventually(2*time.Second, func() probe.Result {
 				return probe.TCPEcho(c.name, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), secret)
@@ -100,7 +93,7 @@ func TestAgentTunnel(t *testing.T) {
 			return probe.UDPEcho(c.name, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), secret)
 		},
 		func() probe.Result { return probe.Ping(c.name, testbed.ProvTunnel6) },
-	)
+	)...)
 	for _, r := range rs {
 		if !r.Reached() {
 			t.Errorf("through the tunnel: %v", r)

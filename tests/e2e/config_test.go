@@ -42,17 +42,10 @@ func TestAgentIPv6Block(t *testing.T) {
 	}
 	mark, dmark := c.tp.Provider.Mark(), c.tp.Decoy.Mark()
 	m := harness.Marker("v6")
-	rs := probe.All(
-		func() probe.Result {
-			return probe.TCPEcho(c.name, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), m)
-		},
-		func() probe.Result {
-			return probe.UDPEcho(c.name, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), m)
-		},
-		func() probe.Result { return probe.Ping(c.name, testbed.ProvTunnel6) },
+	rs := probe.All(append(harness.TunnelProbes(c.name, testbed.ProvTunnel6, m),
 		func() probe.Result { return probe.TCP(c.name, harness.AP(testbed.DecoyTarget6, 443)) },
 		func() probe.Result { return probe.Ping(c.name, testbed.DecoyTarget6) },
-	)
+	)...)
 	for _, r := range rs {
 		if r.Reached() {
 			t.Errorf("IPv6 is blocked but %v", r)

@@ -145,3 +145,13 @@ func OnlyWireGuard(t *testing.T, pkts []observe.Packet, secret, ctl []byte) {
 		t.Errorf("the host uplink carried more than WireGuard:\n%s", observe.Dump(bad))
 	}
 }
+
+// TunnelProbes are TCP echo, UDP echo (both carrying payload) and ping
+// from namespace ns to dst, a provider address behind the tunnel.
+func TunnelProbes(ns string, dst netip.Addr, payload []byte) []func() probe.Result {
+	return []func() probe.Result{
+		func() probe.Result { return probe.TCPEcho(ns, AP(dst, testbed.EchoPort), payload) },
+		func() probe.Result { return probe.UDPEcho(ns, AP(dst, testbed.EchoPort), payload) },
+		func() probe.Result { return probe.Ping(ns, dst) },
+	}
+}
