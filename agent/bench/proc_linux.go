@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -76,20 +77,36 @@ func (p *proc) cpuSec() float64 {
 // connection would not do: iperf3 -1 serves exactly one client.
 func waitListen(pid, port int, dead <-chan struct{}, timeout time.Duration) error {
 	want := fmt.Sprintf(":%04X", port)
+	err := poll(dead, timeout, func() bool {
+		return listening(fmt.Sprintf("/proc/%d/net/tcp6", pid), want) || listening(fmt.Sprintf("/proc/%d/net/tcp", pid), want)
+	})
+	switch {
+	case errors.Is(err, errExited):
+		return fmt.Errorf("server exited before listening on port %d", port)
+	case err != nil:
+		return fmt.Errorf("server not listening on port %d after %s", port, timeout)
+	}
+	return nil
+}
+
+// errExited: the process being waited for is gone.
+var errExited = errors.New("exited")
+
+// poll checks ok every 2 ms until it holds, dead is closed (errExited) or
+// timeout passes (os.ErrDeadlineExceeded).
+func poll(dead <-chan struct{}, timeout time.Duration, ok func() bool) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		for _, f := range []string{"tcp6", "tcp"} {
-			if listening(fmt.Sprintf("/proc/%d/net/%s", pid, f), want) {
-				return nil
-			}
+		if ok() {
+			return nil
 		}
 		select {
 		case <-dead:
-			return fmt.Errorf("server exited before listening on port %d", port)
+			return errExited
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("server not listening on port %d after %s", port, timeout)
+			return os.ErrDeadlineExceeded
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,9 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
@@ -70,31 +69,13 @@ func (t *topo) startReference(wgGo, wg string, mtu int) (*refTunnel, error) {
 // configureRefLink gives the reference interface its address and one
 // route: only the reference server address goes through it.
 func (t *topo) configureRefLink(mtu int) error {
-	h, err := netns.Handle(t.C)
-	if err != nil {
+	if err := testbed.SetMTU(t.C, t.RefIf, mtu); err != nil {
 		return err
 	}
-	defer h.Close()
-	l, err := h.LinkByName(t.RefIf)
-	if err != nil {
-		return fmt.Errorf("find %s in %s: %w", t.RefIf, t.C, err)
+	if err := testbed.AddrUp(t.C, t.RefIf, netip.PrefixFrom(netip.MustParseAddr(tunnelRef), 32)); err != nil {
+		return err
 	}
-	if err := h.LinkSetMTU(l, mtu); err != nil {
-		return fmt.Errorf("mtu of %s: %w", t.RefIf, err)
-	}
-	a := netip.PrefixFrom(netip.MustParseAddr(tunnelRef), 32)
-	if err := h.AddrReplace(l, &netlink.Addr{IPNet: testbed.IPNet(a)}); err != nil {
-		return fmt.Errorf("address of %s: %w", t.RefIf, err)
-	}
-	if err := h.LinkSetUp(l); err != nil {
-		return fmt.Errorf("set %s up: %w", t.RefIf, err)
-	}
-	dst := netip.PrefixFrom(netip.MustParseAddr(refServer), 32)
-	rt := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: testbed.IPNet(dst), Scope: netlink.SCOPE_LINK}
-	if err := h.RouteReplace(rt); err != nil {
-		return fmt.Errorf("route %s dev %s: %w", dst, t.RefIf, err)
-	}
-	return nil
+	return testbed.RouteDev(t.C, t.RefIf, netip.PrefixFrom(netip.MustParseAddr(refServer), 32))
 }
 
 // stop terminates the stock wireguard-go (its interface goes with it).
@@ -111,19 +92,12 @@ func (r *refTunnel) stop() error {
 
 // waitFile polls for path until it exists, dead is closed, or timeout.
 func waitFile(path string, dead <-chan struct{}, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		select {
-		case <-dead:
-			return fmt.Errorf("exited before creating %s", path)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not appear within %s", path, timeout)
-		}
-		time.Sleep(2 * time.Millisecond)
+	err := poll(dead, timeout, func() bool { _, err := os.Stat(path); return err == nil })
+	switch {
+	case errors.Is(err, errExited):
+		return fmt.Errorf("exited before creating %s", path)
+	case err != nil:
+		return fmt.Errorf("%s did not appear within %s", path, timeout)
 	}
+	return nil
 }

@@ -142,6 +142,27 @@ func rename(ns, from, to string) error {
 	})
 }
 
+// SetMTU sets link's MTU in namespace ns.
+func SetMTU(ns, link string, mtu int) error {
+	return withLink(ns, link, func(h *netlink.Handle, l netlink.Link) error {
+		if err := h.LinkSetMTU(l, mtu); err != nil {
+			return fmt.Errorf("mtu %d on %q in %q: %w", mtu, link, ns, err)
+		}
+		return nil
+	})
+}
+
+// RouteDev routes dst straight into link (scope link) in namespace ns.
+func RouteDev(ns, link string, dst netip.Prefix) error {
+	return withLink(ns, link, func(h *netlink.Handle, l netlink.Link) error {
+		rt := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: IPNet(dst), Scope: netlink.SCOPE_LINK}
+		if err := h.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route %s dev %q in %q: %w", dst, link, ns, err)
+		}
+		return nil
+	})
+}
+
 // MoveLink moves link from namespace from into namespace to.
 func MoveLink(from, link, to string) error {
 	return withLink(from, link, func(h *netlink.Handle, l netlink.Link) error {
