@@ -180,30 +180,14 @@ func TestAgentDNS(t *testing.T) {
 	// a live resolver inside the tunnel, but not the configured one.
 	m := harness.Marker("mdns")
 	blocked := probe.All(
-		func() probe.Result {
-			return probe.DNS(c.name, harness.AP(testbed.DecoyDNS4, 53), "udp", testbed.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, harness.AP(testbed.DecoyDNS4, 53), "tcp", testbed.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, harness.AP(testbed.DecoyDNS4, 853), "tcp", testbed.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, harness.AP(testbed.DecoyDNS4, 5353), "udp", testbed.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, harness.AP(testbed.DecoyDNS4, 5355), "udp", testbed.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, harness.AP(testbed.DecoyDNS4, 5355), "tcp", testbed.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, harness.AP(testbed.DecoyDNS6, 53), "udp", testbed.TargetName, dnsmessage.TypeAAAA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, harness.AP(testbed.ProvTunnel6, 53), "udp", testbed.TargetName, dnsmessage.TypeAAAA)
-		},
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 53, "udp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 53, "tcp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 853, "tcp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 5353, "udp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 5355, "udp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 5355, "tcp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS6, 53, "udp", dnsmessage.TypeAAAA),
+		harness.DNSQuery(c.name, testbed.ProvTunnel6, 53, "udp", dnsmessage.TypeAAAA),
 	)
 	for _, r := range blocked {
 		if r.Reached() {
@@ -417,9 +401,7 @@ func tunnelProbes(ns string) []probe.Result {
 		func() probe.Result {
 			return probe.TCPEcho(ns, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), harness.Marker("t"))
 		},
-		func() probe.Result {
-			return probe.DNS(ns, harness.AP(testbed.ProvTunnel4, 53), "udp", testbed.TargetName, dnsmessage.TypeA)
-		},
+		harness.DNSQuery(ns, testbed.ProvTunnel4, 53, "udp", dnsmessage.TypeA),
 	)
 }
 

@@ -120,28 +120,25 @@ func checkEnv() string {
 // flags name prebuilt ones.
 func buildAll(dir string) {
 	var wg sync.WaitGroup
-	if *providerFlag != "" {
-		env.providerBin = *providerFlag
-		if _, err := os.Stat(env.providerBin); err != nil {
-			env.providerErr = fmt.Errorf("-provider: %w", err)
+	for _, b := range []struct {
+		flag, prebuilt, name, pkg string
+		bin                       *string
+		err                       *error
+	}{
+		{"-provider", *providerFlag, "provider", "./tests/cmd/provider", &env.providerBin, &env.providerErr},
+		{"-agent", *agentFlag, "vpn-agent", "./agent/cmd/vpn-agent", &env.agentBin, &env.agentErr},
+	} {
+		if b.prebuilt != "" {
+			*b.bin = b.prebuilt
+			if _, err := os.Stat(b.prebuilt); err != nil {
+				*b.err = fmt.Errorf("%s: %w", b.flag, err)
+			}
+			continue
 		}
-	} else {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			env.providerBin, env.providerErr = goBuild(dir, "provider", "./tests/cmd/provider")
-		}()
-	}
-	if *agentFlag != "" {
-		env.agentBin = *agentFlag
-		if _, err := os.Stat(env.agentBin); err != nil {
-			env.agentErr = fmt.Errorf("-agent: %w", err)
-		}
-	} else {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			env.agentBin, env.agentErr = goBuild(dir, "vpn-agent", "./agent/cmd/vpn-agent")
+			*b.bin, *b.err = goBuild(dir, b.name, b.pkg)
 		}()
 	}
 	wg.Wait()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/dns/dnsmessage"
+
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
@@ -154,4 +156,10 @@ func TunnelProbes(ns string, dst netip.Addr, payload []byte) []func() probe.Resu
 		func() probe.Result { return probe.UDPEcho(ns, AP(dst, testbed.EchoPort), payload) },
 		func() probe.Result { return probe.Ping(ns, dst) },
 	}
+}
+
+// DNSQuery is a probe asking the resolver at a:port (network "udp" or
+// "tcp") for TargetName's records of type typ, from namespace ns.
+func DNSQuery(ns string, a netip.Addr, port int, network string, typ dnsmessage.Type) func() probe.Result {
+	return func() probe.Result { return probe.DNS(ns, AP(a, port), network, testbed.TargetName, typ) }
 }
