@@ -77,24 +77,15 @@ func (p *proc) cpuSec() float64 {
 // connection would not do: iperf3 -1 serves exactly one client.
 func waitListen(pid, port int, dead <-chan struct{}, timeout time.Duration) error {
 	want := fmt.Sprintf(":%04X", port)
-	err := poll(dead, timeout, func() bool {
+	return poll(dead, timeout, func() bool {
 		return listening(fmt.Sprintf("/proc/%d/net/tcp6", pid), want) || listening(fmt.Sprintf("/proc/%d/net/tcp", pid), want)
-	})
-	switch {
-	case errors.Is(err, errExited):
-		return fmt.Errorf("server exited before listening on port %d", port)
-	case err != nil:
-		return fmt.Errorf("server not listening on port %d after %s", port, timeout)
-	}
-	return nil
+	}, fmt.Sprintf("server exited before listening on port %d", port),
+		fmt.Sprintf("server not listening on port %d after %s", port, timeout))
 }
 
-// errExited: the process being waited for is gone.
-var errExited = errors.New("exited")
-
-// poll checks ok every 2 ms until it holds, dead is closed (errExited) or
-// timeout passes (os.ErrDeadlineExceeded).
-func poll(dead <-chan struct{}, timeout time.Duration, ok func() bool) error {
+// poll checks ok every 2 ms until it holds, dead is closed (an error
+// saying exited) or timeout passes (an error saying late).
+func poll(dead <-chan struct{}, timeout time.Duration, ok func() bool, exited, late string) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if ok() {
@@ -102,11 +93,11 @@ func poll(dead <-chan struct{}, timeout time.Duration, ok func() bool) error {
 		}
 		select {
 		case <-dead:
-			return errExited
+			return errors.New(exited)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return os.ErrDeadlineExceeded
+			return errors.New(late)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

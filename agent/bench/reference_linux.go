@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -92,12 +91,6 @@ func (r *refTunnel) stop() error {
 
 // waitFile polls for path until it exists, dead is closed, or timeout.
 func waitFile(path string, dead <-chan struct{}, timeout time.Duration) error {
-	err := poll(dead, timeout, func() bool { _, err := os.Stat(path); return err == nil })
-	switch {
-	case errors.Is(err, errExited):
-		return fmt.Errorf("exited before creating %s", path)
-	case err != nil:
-		return fmt.Errorf("%s did not appear within %s", path, timeout)
-	}
-	return nil
+	return poll(dead, timeout, func() bool { _, err := os.Stat(path); return err == nil },
+		"exited before creating "+path, fmt.Sprintf("%s did not appear within %s", path, timeout))
 }
