@@ -1,7 +1,9 @@
 package provider
 
 import (
+	"errors"
 	"net"
+	"net/http"
 	"net/netip"
 	"time"
 )
@@ -67,4 +69,8 @@ func readEach(u *udpConn, what string, log *eventLog, handle func(b []byte, src 
 		}
 		handle(buf[:n], src, dst)
 	}
+}
+
+func isClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed)
 }

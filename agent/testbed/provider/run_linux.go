@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"sync"
 	"syscall"
 
@@ -127,10 +126,6 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 	<-ctx.Done()
 	return p.Close()
-}
-
-func isClosed(err error) bool {
-	return errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed)
 }
 
 // listenTCP listens on addr, with SO_REUSEPORT if reusePort.
