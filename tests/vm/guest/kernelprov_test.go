@@ -25,12 +25,7 @@ const provWG = "wgp"
 // requireHarness skips unless the agent and the provider binary were injected.
 func requireHarness(t *testing.T) {
 	t.Helper()
-	requireGuest(t)
-	for _, p := range []string{agentBin, providerBin} {
-		if _, err := os.Stat(p); err != nil {
-			t.Skipf("%s not injected (run.sh builds agent/cmd/vpn-agent and tests/cmd/provider)", p)
-		}
-	}
+	requireInjected(t, "run.sh builds agent/cmd/vpn-agent and tests/cmd/provider", agentBin, providerBin)
 }
 
 // kernelTopo builds the e2e topology (host, inet with decoys, lan, prov) with the

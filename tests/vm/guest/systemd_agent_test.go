@@ -21,12 +21,7 @@ const (
 
 func requireAgentUnit(t *testing.T) {
 	t.Helper()
-	requireGuest(t)
-	for _, p := range []string{agentBin, agentUnit} {
-		if _, err := os.Stat(p); err != nil {
-			t.Skipf("%s not injected (run.sh injects agent/cmd/vpn-agent and dist/systemd)", p)
-		}
-	}
+	requireInjected(t, "run.sh injects agent/cmd/vpn-agent and dist/systemd", agentBin, agentUnit)
 }
 
 func randID(t *testing.T) string {

@@ -375,6 +375,20 @@ func (f *sdFixture) loopLines() [][3]string {
 }
 
 // loopOK waits until the loop logged n successful echoes from invocation inv.
+// backAfterReady checks a confined service that came back (invocation inv,
+// "restarted" or "upheld"): its traffic gets through the tunnel again, and
+// it started only after the agent's READY=1.
+func (f *sdFixture) backAfterReady(t *testing.T, inv, how string) {
+	t.Helper()
+	if !f.loopOK(inv, 3, 15*time.Second) {
+		t.Errorf("the %s service's traffic does not get through:\n%v", how, f.loopLines())
+	}
+	ready := propInt(t, f.agent, "ActiveEnterTimestampMonotonic")
+	if s := propInt(t, f.loop, "InactiveExitTimestampMonotonic"); s < ready {
+		t.Errorf("the %s service started (%d µs) before the agent's READY=1 (%d µs)", how, s, ready)
+	}
+}
+
 func (f *sdFixture) loopOK(inv string, n int, d time.Duration) bool {
 	return waitFor(d, func() bool {
 		c := 0
@@ -611,14 +625,8 @@ func TestSystemdConfinement(t *testing.T) {
 		}) {
 			t.Fatalf("the confined service did not come back after the agent's restart (PartOf=): %s\n%s", active(f.loop), unitDiag(f.loop))
 		}
-		if !f.loopOK(inv2, 3, 15*time.Second) {
-			t.Errorf("the restarted service's traffic does not get through:\n%v", f.loopLines())
-		}
+		f.backAfterReady(t, inv2, "restarted")
 		t.Logf("restart: traffic through the tunnel again %.1fs after systemctl restart", time.Since(t0).Seconds())
-		ready := propInt(t, f.agent, "ActiveEnterTimestampMonotonic")
-		if s := propInt(t, f.loop, "InactiveExitTimestampMonotonic"); s < ready {
-			t.Errorf("the service restarted (%d µs) before the agent's READY=1 (%d µs)", s, ready)
-		}
 		// The orphan: still alive, in the old namespace, which lost the tunnel and kept the
 		// kill switch.
 		if orphan.ProcessState != nil || syscall.Kill(orphan.Process.Pid, 0) != nil {
@@ -681,14 +689,8 @@ func TestSystemdConfinement(t *testing.T) {
 		}) {
 			t.Fatalf("agent %s, service %s 40 s after SIGKILL\n%s\n%s", active(f.agent), active(f.loop), unitDiag(f.agent), unitDiag(f.loop))
 		}
-		if !f.loopOK(inv2, 3, 15*time.Second) {
-			t.Errorf("the upheld service's traffic does not get through:\n%v", f.loopLines())
-		}
+		f.backAfterReady(t, inv2, "upheld")
 		t.Logf("SIGKILL: agent back and confined traffic flowing %.1fs later", time.Since(t0).Seconds())
-		ready := propInt(t, f.agent, "ActiveEnterTimestampMonotonic")
-		if s := propInt(t, f.loop, "InactiveExitTimestampMonotonic"); s < ready {
-			t.Errorf("the service started again (%d µs) before the agent's READY=1 (%d µs)", s, ready)
-		}
 		leaks, all := f.stopUplink(t, cap)
 		if !slices.ContainsFunc(all, sdWG) {
 			t.Errorf("no WireGuard on the uplink: the capture proves little")
