@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"golang.org/x/sys/unix"
 )
 
@@ -115,7 +116,7 @@ func (r *runner) topology() Topology {
 	for _, m := range r.o.Modes {
 		tp.Targets[m], tp.ClientNS[m] = target(m), t.nsOf(m)
 	}
-	for _, th := range []*nsThread{t.under, t.prov, t.conf} {
+	for _, th := range []*testbed.Thread{t.under, t.prov, t.conf} {
 		tp.Interfaces = append(tp.Interfaces, interfaces(th)...)
 	}
 	return tp
@@ -123,15 +124,15 @@ func (r *runner) topology() Topology {
 
 // interfaces lists the non-loopback links of th's namespace with MTU,
 // root qdisc, GSO/GRO limits and ethtool offload flags.
-func interfaces(th *nsThread) []IfaceInfo {
-	h, err := netns.Handle(th.name)
+func interfaces(th *testbed.Thread) []IfaceInfo {
+	h, err := netns.Handle(th.NS())
 	if err != nil {
-		return []IfaceInfo{{Namespace: th.name, Note: err.Error()}}
+		return []IfaceInfo{{Namespace: th.NS(), Note: err.Error()}}
 	}
 	defer h.Close()
 	links, err := h.LinkList()
 	if err != nil {
-		return []IfaceInfo{{Namespace: th.name, Note: err.Error()}}
+		return []IfaceInfo{{Namespace: th.NS(), Note: err.Error()}}
 	}
 	var out []IfaceInfo
 	for _, l := range links {
@@ -139,7 +140,7 @@ func interfaces(th *nsThread) []IfaceInfo {
 		if a.Name == "lo" {
 			continue
 		}
-		ii := IfaceInfo{Namespace: th.name, Name: a.Name, Type: l.Type(), MTU: a.MTU, GSOMaxSize: a.GSOMaxSize, GROMaxSize: a.GROMaxSize}
+		ii := IfaceInfo{Namespace: th.NS(), Name: a.Name, Type: l.Type(), MTU: a.MTU, GSOMaxSize: a.GSOMaxSize, GROMaxSize: a.GROMaxSize}
 		if qs, err := h.QdiscList(l); err == nil {
 			var names []string
 			for _, q := range qs {

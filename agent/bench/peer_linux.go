@@ -2,12 +2,10 @@ package bench
 
 import (
 	"bufio"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,12 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.zx2c4.com/wireguard/conn"
-	"golang.zx2c4.com/wireguard/device"
-	"golang.zx2c4.com/wireguard/tun"
-	"golang.zx2c4.com/wireguard/wgctrl"
-	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 )
 
 // RoleEnv, when set in the environment, makes vpn-bench (or the
@@ -47,83 +40,20 @@ func RunRole(role string, in io.Reader, out io.Writer) int {
 	return 0
 }
 
-// peerConfig is what the bench sends the peer process on stdin.
-type peerConfig struct {
-	Interface  string      `json:"interface"`
-	PrivateKey wgtypes.Key `json:"privateKey"`
-	ListenPort int         `json:"listenPort"`
-	MTU        int         `json:"mtu"`
-	Addresses  []string    `json:"addresses"` // CIDRs on the interface
-	Routes     []peerRoute `json:"routes"`    // routed into it
-	Peers      []peerEntry `json:"peers"`
-}
-
-// peerRoute routes Dst into the peer's interface with source address Src,
-// so that replies (UDP ones included, whose source the kernel picks from
-// the route) come from the address the client talked to.
-type peerRoute struct {
-	Dst string `json:"dst"`
-	Src string `json:"src"`
-}
-
-type peerEntry struct {
-	PublicKey  wgtypes.Key `json:"publicKey"`
-	AllowedIPs []string    `json:"allowedIPs"`
-}
-
-func (c *peerConfig) uapi() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "private_key=%s\nlisten_port=%d\nreplace_peers=true\n", hex.EncodeToString(c.PrivateKey[:]), c.ListenPort)
-	for _, p := range c.Peers {
-		fmt.Fprintf(&b, "public_key=%s\nreplace_allowed_ips=true\n", hex.EncodeToString(p.PublicKey[:]))
-		for _, a := range p.AllowedIPs {
-			fmt.Fprintf(&b, "allowed_ip=%s\n", a)
-		}
-	}
-	return b.String()
-}
-
-func (c *peerConfig) wgctrl() (wgtypes.Config, error) {
-	key, port := c.PrivateKey, c.ListenPort
-	cfg := wgtypes.Config{PrivateKey: &key, ListenPort: &port, ReplacePeers: true}
-	for _, p := range c.Peers {
-		pc := wgtypes.PeerConfig{PublicKey: p.PublicKey, ReplaceAllowedIPs: true}
-		for _, a := range p.AllowedIPs {
-			pfx, err := netip.ParsePrefix(a)
-			if err != nil {
-				return cfg, fmt.Errorf("peer allowed IP %q: %w", a, err)
-			}
-			pc.AllowedIPs = append(pc.AllowedIPs, *ipNet(pfx))
-		}
-		cfg.Peers = append(cfg.Peers, pc)
-	}
-	return cfg, nil
-}
-
-// runPeer is the peer process: it creates a wireguard-go device on a TUN
-// in its own (provider) namespace, says "ready", and runs until stdin is
+// runPeer is the peer process: it reads a provider config, starts it in
+// its own (provider) namespace, says "ready", and runs until stdin is
 // closed or SIGTERM arrives.
 func runPeer(in io.Reader, out io.Writer) error {
 	dec := json.NewDecoder(in)
-	var c peerConfig
+	var c provider.Config
 	if err := dec.Decode(&c); err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
-	td, err := tun.CreateTUN(c.Interface, c.MTU)
+	p, err := provider.Start(&c)
 	if err != nil {
-		return fmt.Errorf("create tun %s: %w", c.Interface, err)
-	}
-	dev := device.NewDevice(td, conn.NewDefaultBind(), device.NewLogger(device.LogLevelError, "peer: "))
-	defer dev.Close()
-	if err := dev.IpcSet(c.uapi()); err != nil {
-		return fmt.Errorf("configure device: %w", err)
-	}
-	if err := dev.Up(); err != nil {
-		return fmt.Errorf("device up: %w", err)
-	}
-	if err := configurePeerLink(&c); err != nil {
 		return err
 	}
+	defer p.Close()
 	fmt.Fprintln(out, "ready")
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
@@ -135,45 +65,6 @@ func runPeer(in io.Reader, out io.Writer) error {
 	select {
 	case <-term:
 	case <-eof:
-	case <-dev.Wait():
-		return errors.New("device closed unexpectedly")
-	}
-	return nil
-}
-
-// configurePeerLink addresses, raises and routes the peer's interface in
-// the calling thread's namespace.
-func configurePeerLink(c *peerConfig) error {
-	l, err := netlink.LinkByName(c.Interface)
-	if err != nil {
-		return fmt.Errorf("find %s: %w", c.Interface, err)
-	}
-	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+c.Interface+"/disable_ipv6", []byte("1\n"), 0o644)
-	for _, a := range c.Addresses {
-		p, err := netip.ParsePrefix(a)
-		if err != nil {
-			return fmt.Errorf("peer address %q: %w", a, err)
-		}
-		if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: ipNet(p)}); err != nil {
-			return fmt.Errorf("address %s on %s: %w", a, c.Interface, err)
-		}
-	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return fmt.Errorf("set %s up: %w", c.Interface, err)
-	}
-	for _, r := range c.Routes {
-		p, err := netip.ParsePrefix(r.Dst)
-		if err != nil {
-			return fmt.Errorf("peer route %q: %w", r.Dst, err)
-		}
-		src, err := netip.ParseAddr(r.Src)
-		if err != nil {
-			return fmt.Errorf("peer route source %q: %w", r.Src, err)
-		}
-		rt := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(p), Src: src.AsSlice(), Scope: netlink.SCOPE_LINK}
-		if err := netlink.RouteReplace(rt); err != nil {
-			return fmt.Errorf("route %s dev %s src %s: %w", r.Dst, c.Interface, r.Src, err)
-		}
 	}
 	return nil
 }
@@ -187,19 +78,24 @@ type peerProc struct {
 	cmd   *exec.Cmd
 }
 
-// peerConfigFor returns the provider's WireGuard configuration: one peer
-// for the agent's tunnel and one for the reference tunnel.
-func (t *topo) peerConfigFor(mtu int) *peerConfig {
-	return &peerConfig{
-		Interface: t.PeerIf, PrivateKey: t.PeerKey, ListenPort: peerPort, MTU: mtu,
-		Addresses: []string{tunnelPeer + "/32", refServer + "/32"},
-		Routes: []peerRoute{
-			{Dst: tunnelAgent + "/32", Src: tunnelPeer},
-			{Dst: tunnelRef + "/32", Src: refServer},
-		},
-		Peers: []peerEntry{
-			{PublicKey: t.AgentKey.PublicKey(), AllowedIPs: []string{tunnelAgent + "/32"}},
-			{PublicKey: t.RefKey.PublicKey(), AllowedIPs: []string{tunnelRef + "/32"}},
+// peerConfigFor returns the provider's configuration: WireGuard (kernel
+// or userspace) with one peer for the agent's tunnel and one for the
+// reference tunnel, and no servers (the bench starts its own).
+func (t *topo) peerConfigFor(kernel bool, mtu int) *provider.Config {
+	return &provider.Config{
+		Log: filepath.Join(t.Dir, "peer-events.log"),
+		WireGuard: &provider.WireGuard{
+			Interface: t.PeerIf, PrivateKey: t.PeerKey.String(), ListenPort: peerPort, MTU: mtu,
+			Kernel: kernel, NoIPv6: true,
+			Addresses: []string{tunnelPeer + "/32", refServer + "/32"},
+			Routes: []provider.Route{
+				{Dst: tunnelAgent + "/32", Src: tunnelPeer},
+				{Dst: tunnelRef + "/32", Src: refServer},
+			},
+			Peers: []provider.Peer{
+				{PublicKey: t.AgentKey.PublicKey().String(), AllowedIPs: []string{tunnelAgent + "/32"}},
+				{PublicKey: t.RefKey.PublicKey().String(), AllowedIPs: []string{tunnelRef + "/32"}},
+			},
 		},
 	}
 }
@@ -207,9 +103,13 @@ func (t *topo) peerConfigFor(mtu int) *peerConfig {
 // startPeer starts the provider's WireGuard: a kernel link when the agent
 // uses the kernel backend, else the userspace helper process.
 func (t *topo) startPeer(kernel bool, mtu int) (*peerProc, error) {
-	c := t.peerConfigFor(mtu)
+	c := t.peerConfigFor(kernel, mtu)
 	if kernel {
-		err := t.prov.Do(func() error { return kernelPeer(c) })
+		var p *provider.Provider
+		err := t.prov.Do(func() (err error) { p, err = provider.Start(c); return err })
+		if err == nil {
+			t.onClose(p.Close)
+		}
 		return &peerProc{kind: "kernel WireGuard link"}, err
 	}
 	logf, err := os.Create(filepath.Join(t.Dir, "peer.log"))
@@ -272,27 +172,4 @@ func (p *peerProc) stop() error {
 		<-done
 	}
 	return nil
-}
-
-// kernelPeer creates the provider's WireGuard as a kernel link in the
-// calling thread's namespace.
-func kernelPeer(c *peerConfig) error {
-	la := netlink.NewLinkAttrs()
-	la.Name, la.MTU = c.Interface, c.MTU
-	if err := netlink.LinkAdd(&netlink.Wireguard{LinkAttrs: la}); err != nil {
-		return fmt.Errorf("create kernel WireGuard peer %s: %w", c.Interface, err)
-	}
-	cfg, err := c.wgctrl()
-	if err != nil {
-		return err
-	}
-	wc, err := wgctrl.New()
-	if err != nil {
-		return fmt.Errorf("wgctrl: %w", err)
-	}
-	defer wc.Close()
-	if err := wc.ConfigureDevice(c.Interface, cfg); err != nil {
-		return fmt.Errorf("configure kernel WireGuard peer: %w", err)
-	}
-	return configurePeerLink(c)
 }

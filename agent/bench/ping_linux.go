@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // pinger sends ICMP echo requests from a raw socket opened in one
@@ -22,7 +24,7 @@ type pinger struct {
 }
 
 // openPinger opens the socket on th (so in its namespace).
-func openPinger(th *nsThread, addr string) (*pinger, error) {
+func openPinger(th *testbed.Thread, addr string) (*pinger, error) {
 	ip := net.ParseIP(addr)
 	if ip == nil {
 		return nil, fmt.Errorf("ping: bad address %q", addr)
@@ -33,7 +35,7 @@ func openPinger(th *nsThread, addr string) (*pinger, error) {
 	err := th.Do(func() error {
 		c, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
 		if err != nil {
-			return fmt.Errorf("ping: open raw ICMP socket in %s: %w", th.name, err)
+			return fmt.Errorf("ping: open raw ICMP socket in %s: %w", th.NS(), err)
 		}
 		p.c = c
 		return nil

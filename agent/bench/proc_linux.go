@@ -3,12 +3,15 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // proc is a child process started on a namespace thread. It gets its own
@@ -21,12 +24,12 @@ type proc struct {
 	err            error
 }
 
-func startProc(th *nsThread, path string, args ...string) (*proc, error) {
+func startProc(th *testbed.Thread, path string, args ...string) (*proc, error) {
 	p := &proc{cmd: exec.Command(path, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := th.Do(p.cmd.Start); err != nil {
-		return nil, fmt.Errorf("start %s in %s: %w", path, th.name, err)
+		return nil, fmt.Errorf("start %s in %s: %w", path, th.NS(), err)
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	return p, nil
@@ -74,20 +77,27 @@ func (p *proc) cpuSec() float64 {
 // connection would not do: iperf3 -1 serves exactly one client.
 func waitListen(pid, port int, dead <-chan struct{}, timeout time.Duration) error {
 	want := fmt.Sprintf(":%04X", port)
+	return poll(dead, timeout, func() bool {
+		return listening(fmt.Sprintf("/proc/%d/net/tcp6", pid), want) || listening(fmt.Sprintf("/proc/%d/net/tcp", pid), want)
+	}, fmt.Sprintf("server exited before listening on port %d", port),
+		fmt.Sprintf("server not listening on port %d after %s", port, timeout))
+}
+
+// poll checks ok every 2 ms until it holds, dead is closed (an error
+// saying exited) or timeout passes (an error saying late).
+func poll(dead <-chan struct{}, timeout time.Duration, ok func() bool, exited, late string) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		for _, f := range []string{"tcp6", "tcp"} {
-			if listening(fmt.Sprintf("/proc/%d/net/%s", pid, f), want) {
-				return nil
-			}
+		if ok() {
+			return nil
 		}
 		select {
 		case <-dead:
-			return fmt.Errorf("server exited before listening on port %d", port)
+			return errors.New(exited)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("server not listening on port %d after %s", port, timeout)
+			return errors.New(late)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -10,9 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // stockEnv lets the stock wireguard-go run on a kernel it believes has
@@ -60,57 +59,22 @@ func (t *topo) startReference(wgGo, wg string, mtu int) (*refTunnel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wg set %s: %w: %s", t.RefIf, err, strings.TrimSpace(string(out)))
 	}
-	if err := t.under.Do(func() error { return moveLink(t.RefIf, t.C) }); err != nil {
+	if err := testbed.MoveLink(t.U, t.RefIf, t.C); err != nil {
 		return nil, err
 	}
 	return r, t.configureRefLink(mtu)
 }
 
-// moveLink moves a link of the calling thread's namespace into ns.
-func moveLink(name, ns string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("find %s: %w", name, err)
-	}
-	h, err := netns.Open(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	if err := netlink.LinkSetNsFd(l, int(h)); err != nil {
-		return fmt.Errorf("move %s into %s: %w", name, ns, err)
-	}
-	return nil
-}
-
 // configureRefLink gives the reference interface its address and one
 // route: only the reference server address goes through it.
 func (t *topo) configureRefLink(mtu int) error {
-	h, err := netns.Handle(t.C)
-	if err != nil {
+	if err := testbed.SetMTU(t.C, t.RefIf, mtu); err != nil {
 		return err
 	}
-	defer h.Close()
-	l, err := h.LinkByName(t.RefIf)
-	if err != nil {
-		return fmt.Errorf("find %s in %s: %w", t.RefIf, t.C, err)
+	if err := testbed.AddrUp(t.C, t.RefIf, netip.PrefixFrom(netip.MustParseAddr(tunnelRef), 32)); err != nil {
+		return err
 	}
-	if err := h.LinkSetMTU(l, mtu); err != nil {
-		return fmt.Errorf("mtu of %s: %w", t.RefIf, err)
-	}
-	a := netip.PrefixFrom(netip.MustParseAddr(tunnelRef), 32)
-	if err := h.AddrReplace(l, &netlink.Addr{IPNet: ipNet(a)}); err != nil {
-		return fmt.Errorf("address of %s: %w", t.RefIf, err)
-	}
-	if err := h.LinkSetUp(l); err != nil {
-		return fmt.Errorf("set %s up: %w", t.RefIf, err)
-	}
-	dst := netip.PrefixFrom(netip.MustParseAddr(refServer), 32)
-	rt := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst), Scope: netlink.SCOPE_LINK}
-	if err := h.RouteReplace(rt); err != nil {
-		return fmt.Errorf("route %s dev %s: %w", dst, t.RefIf, err)
-	}
-	return nil
+	return testbed.RouteDev(t.C, t.RefIf, netip.PrefixFrom(netip.MustParseAddr(refServer), 32))
 }
 
 // stop terminates the stock wireguard-go (its interface goes with it).
@@ -127,19 +91,6 @@ func (r *refTunnel) stop() error {
 
 // waitFile polls for path until it exists, dead is closed, or timeout.
 func waitFile(path string, dead <-chan struct{}, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		select {
-		case <-dead:
-			return fmt.Errorf("exited before creating %s", path)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not appear within %s", path, timeout)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	return poll(dead, timeout, func() bool { _, err := os.Stat(path); return err == nil },
+		"exited before creating "+path, fmt.Sprintf("%s did not appear within %s", path, timeout))
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // rrMsg is the request and response size of the request/response probe
@@ -18,7 +20,7 @@ const rrMsg = 64
 // rrServer echoes 64-byte messages; it listens in the provider namespace.
 type rrServer struct{ ln net.Listener }
 
-func startRRServer(th *nsThread) (*rrServer, error) {
+func startRRServer(th *testbed.Thread) (*rrServer, error) {
 	s := &rrServer{}
 	err := th.Do(func() error {
 		ln, err := net.Listen("tcp4", "0.0.0.0:"+strconv.Itoa(rrPort))
@@ -60,7 +62,7 @@ func (s *rrServer) Close() error { return s.ln.Close() }
 
 // runRR connects from th to addr and runs transactions for warm+dur; only
 // those after warm are recorded.
-func runRR(ctx context.Context, th *nsThread, addr string, warm, dur time.Duration) (*RRResult, error) {
+func runRR(ctx context.Context, th *testbed.Thread, addr string, warm, dur time.Duration) (*RRResult, error) {
 	var c net.Conn
 	err := th.Do(func() error {
 		d := net.Dialer{Timeout: 5 * time.Second}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 )
 
@@ -42,7 +43,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, errors.New("bench: run as root (it creates network namespaces and nftables tables)")
 	}
 	log := o.Log
-	sweepStale(log)
+	// Leftovers of benches that died without cleaning up, by their IDs.
+	if removed, err := testbed.Sweep("vb"); len(removed) > 0 || err != nil {
+		log.Info("removed the leftovers of a bench that did not clean up", "removed", removed, "err", err)
+	}
 	r := &runner{o: &o, modeNFT: map[Mode]*NFTSnapshot{}}
 	r.res = &Result{Schema: SchemaVersion, Tool: "vpn-bench", Started: time.Now().UTC()}
 	r.res.Host = hostInfo(&o)
@@ -69,7 +73,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 // the confined namespace (engine.Up), the reference tunnel and servers.
 func (r *runner) setup(ctx context.Context) error {
 	t, o, log := r.t, r.o, r.o.Log
-	t.onClose(func() error { removeByID(t.ID); return nil }) // last resort, runs last
+	t.onClose(func() error { return testbed.Remove(t.ID) }) // last resort, runs last
 	var err error
 	if r.keyFile, err = t.writeKey("agent.key", t.AgentKey); err != nil {
 		return err
@@ -96,7 +100,7 @@ func (r *runner) setup(ctx context.Context) error {
 	}
 	t.onClose(func() error { return t.agentDown(eng, inst) })
 	r.pol = &policyState{spec: r.spec, loaded: true}
-	if t.conf, err = startNSThread(t.C); err != nil {
+	if t.conf, err = testbed.StartThread(t.C); err != nil {
 		return err
 	}
 	t.onClose(func() error { t.conf.Close(); return nil })

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // scenario is a shaped-link setting: netem on both ends of the underlay
@@ -86,7 +88,7 @@ func (r *runner) shaped(ctx context.Context, sc scenario) error {
 // netem puts a netem root qdisc on both veth ends.
 func (r *runner) netem(args []string) error {
 	for _, e := range []struct {
-		th  *nsThread
+		th  *testbed.Thread
 		dev string
 	}{{r.t.under, r.t.VethU}, {r.t.prov, r.t.VethP}} {
 		cmd := exec.Command(r.o.TC, append([]string{"qdisc", "replace", "dev", e.dev, "root", "netem"}, args...)...)
@@ -105,7 +107,7 @@ func (r *runner) netem(args []string) error {
 
 func (r *runner) clearNetem() {
 	for _, e := range []struct {
-		th  *nsThread
+		th  *testbed.Thread
 		dev string
 	}{{r.t.under, r.t.VethU}, {r.t.prov, r.t.VethP}} {
 		e.th.Do(func() error {

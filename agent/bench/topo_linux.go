@@ -2,19 +2,16 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
@@ -35,7 +32,7 @@ type topo struct {
 
 	PeerKey, AgentKey, RefKey wgtypes.Key
 
-	under, prov, conf *nsThread
+	under, prov, conf *testbed.Thread
 	log               *slog.Logger
 	undo              []func() error
 }
@@ -43,14 +40,15 @@ type topo struct {
 // newTopo names a topology and makes its private directory; nothing else
 // exists yet.
 func newTopo(log *slog.Logger) (*topo, error) {
-	b := make([]byte, 3)
-	if _, err := rand.Read(b); err != nil {
-		return nil, fmt.Errorf("random id: %w", err)
+	id, err := testbed.NewID("vb")
+	if err != nil {
+		return nil, err
 	}
-	id := "vb" + hex.EncodeToString(b)
 	t := &topo{ID: id, U: id + "u", P: id + "p", C: id + "c", VethU: id + "a", VethP: id + "b", PeerIf: id + "w", RefIf: id + "r", log: log}
+	t.onClose(func() error { return testbed.ReleaseID(id) })
 	dir, err := os.MkdirTemp("", "vpn-bench-"+id+"-")
 	if err != nil {
+		t.Close()
 		return nil, fmt.Errorf("create work dir: %w", err)
 	}
 	t.Dir = dir
@@ -84,10 +82,6 @@ func (t *topo) Close() error {
 // buildUnderlay creates the underlay and provider namespaces, their
 // threads and the veth between them.
 func (t *topo) buildUnderlay() error {
-	if err := writeMarker(t.ID); err != nil {
-		return err
-	}
-	t.onClose(func() error { return removeMarker(t.ID) })
 	for _, ns := range []string{t.U, t.P} {
 		if err := netns.Create(ns); err != nil {
 			return fmt.Errorf("bench topology: %w", err)
@@ -95,65 +89,22 @@ func (t *topo) buildUnderlay() error {
 		t.onClose(func() error { return netns.Delete(ns) })
 	}
 	var err error
-	if t.under, err = startNSThread(t.U); err != nil {
+	if t.under, err = testbed.StartThread(t.U); err != nil {
 		return err
 	}
 	t.onClose(func() error { t.under.Close(); return nil })
-	if t.prov, err = startNSThread(t.P); err != nil {
+	if t.prov, err = testbed.StartThread(t.P); err != nil {
 		return err
 	}
 	t.onClose(func() error { t.prov.Close(); return nil })
-	if err := t.under.Do(t.makeVeth); err != nil {
-		return err
-	}
-	return t.prov.Do(func() error {
-		return addrUp(t.VethP, underlayPeer, underlayBits)
-	})
+	return testbed.AddVeth(t.vethEnd(t.U, t.VethU, underlayAgent), t.vethEnd(t.P, t.VethP, underlayPeer))
 }
 
-// makeVeth runs on the underlay thread.
-func (t *topo) makeVeth() error {
-	la := netlink.NewLinkAttrs()
-	la.Name = t.VethU
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: t.VethP}); err != nil {
-		return fmt.Errorf("create veth %s: %w", t.VethU, err)
-	}
-	peer, err := netlink.LinkByName(t.VethP)
-	if err != nil {
-		return fmt.Errorf("find veth peer %s: %w", t.VethP, err)
-	}
-	ns, err := netns.Open(t.P)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	if err := netlink.LinkSetNsFd(peer, int(ns)); err != nil {
-		return fmt.Errorf("move %s into %s: %w", t.VethP, t.P, err)
-	}
-	return addrUp(t.VethU, underlayAgent, underlayBits)
-}
-
-// addrUp disables IPv6 on iface (no DAD or router solicitations in the
-// measurements), adds an IPv4 address and sets it up. It runs on a
-// namespace thread.
-func addrUp(iface, addr string, bits int) error {
-	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+iface+"/disable_ipv6", []byte("1\n"), 0o644)
-	l, err := netlink.LinkByName(iface)
-	if err != nil {
-		return fmt.Errorf("find %s: %w", iface, err)
-	}
-	p := netip.PrefixFrom(netip.MustParseAddr(addr), bits)
-	if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: ipNet(p)}); err != nil {
-		return fmt.Errorf("address %s on %s: %w", p, iface, err)
-	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return fmt.Errorf("set %s up: %w", iface, err)
-	}
-	return nil
-}
-
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+// vethEnd is one end of the underlay veth: IPv6 off (no DAD or router
+// solicitations in the measurements), one IPv4 address.
+func (t *topo) vethEnd(ns, name, addr string) testbed.End {
+	p := netip.PrefixFrom(netip.MustParseAddr(addr), underlayBits)
+	return testbed.End{NS: ns, Name: name, Addrs: []netip.Prefix{p}, NoIPv6: true}
 }
 
 // writeKey stores a private key (base64) in the work dir, mode 0600.
@@ -166,7 +117,7 @@ func (t *topo) writeKey(name string, k wgtypes.Key) (string, error) {
 }
 
 // thread returns the namespace thread a mode's client runs on.
-func (t *topo) thread(m Mode) *nsThread {
+func (t *topo) thread(m Mode) *testbed.Thread {
 	if m == ModeDirect {
 		return t.under
 	}
@@ -183,7 +134,7 @@ func (t *topo) nsOf(m Mode) string {
 
 // waitPing pings addr from th until a reply arrives (the WireGuard
 // handshake is done) or ctx ends.
-func waitPing(ctx context.Context, th *nsThread, addr string) error {
+func waitPing(ctx context.Context, th *testbed.Thread, addr string) error {
 	p, err := openPinger(th, addr)
 	if err != nil {
 		return err

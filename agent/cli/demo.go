@@ -2,17 +2,18 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/lab"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // cmdDemo shows confinement end to end with no VPN account: a local
@@ -32,21 +33,20 @@ func cmdDemo(args []string, out io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	id := randID()
 	say := func(format string, a ...any) { fmt.Fprintf(out, "==> "+format+"\n", a...) }
 
-	say("building a local WireGuard provider (namespaces vd%s-host, vd%s-prov); no VPN account needed", id, id)
-	l, err := lab.Start("vd" + id)
+	l, err := testbed.StartLab()
 	if err != nil {
 		return fail(fmt.Errorf("demo: %w", err))
 	}
 	defer l.Close()
+	say("built a local WireGuard provider (namespaces %s, %s); no VPN account needed", l.Host, l.Provider)
 	dir, err := os.MkdirTemp("", "vpn-agent-demo-")
 	if err != nil {
 		return fail(err)
 	}
 	defer os.RemoveAll(dir)
-	name := "demo" + id
+	name := l.ID + "c"
 	cfg, err := l.WriteConfig(dir, name)
 	if err != nil {
 		return fail(err)
@@ -68,9 +68,6 @@ func cmdDemo(args []string, out io.Writer) int {
 		fmt.Fprintln(out, indent(o))
 		fmt.Fprintln(out, indent("removed the demo namespaces; nothing is left"))
 	}()
-	exec1 := func(argv ...string) (string, error) {
-		return run(append([]string{self, "exec", name, "--"}, argv...)...)
-	}
 	ok := true
 	if len(user) > 0 {
 		say("vpn-agent exec %s -- %s", name, strings.Join(user, " "))
@@ -81,13 +78,14 @@ func cmdDemo(args []string, out io.Writer) int {
 			ok = false
 		}
 	} else {
-		target := "http://" + lab.TargetName + "/"
-		say("inside the tunnel: vpn-agent exec %s -- fetch %s (DNS via the tunnel's resolver)", name, target)
-		o, err := waitFor(5*time.Second, func() (string, error) { return exec1(self, "probe", target) })
+		target := "http://" + testbed.LabTarget + "/"
+		say("inside %s, from this process: fetch %s, resolving through the namespace's %s", name, target, names.ResolvConf(name))
+		o, err := waitFor(5*time.Second, func() (string, error) { return fetchIn(name, target, 3*time.Second) })
 		fmt.Fprintln(out, indent(o))
 		ok = ok && err == nil
-		say("DNS to a resolver other than the tunnel's (the host's, %s:53): the kill switch must refuse it at once", lab.HostAddr.Addr())
-		o, err = exec1(self, "probe", "--tcp", lab.HostAddr.Addr().String()+":53")
+		host := netip.AddrPortFrom(testbed.LabHost.Addr(), 53).String()
+		say("inside %s: DNS over TCP to a resolver other than the tunnel's (the host's, %s): the kill switch must refuse it at once", name, host)
+		o, err = connectIn(name, host, 3*time.Second)
 		fmt.Fprintln(out, indent(o))
 		ok = ok && err != nil
 		say("vpn-agent status %s", name)
@@ -95,7 +93,7 @@ func cmdDemo(args []string, out io.Writer) int {
 		fmt.Fprintln(out, indent(o))
 		say("kill switch: stopping the provider's WireGuard peer, then fetching again (must fail, nothing leaks)")
 		l.StopPeer()
-		o, err = exec1(self, "probe", "--timeout", "2s", target)
+		o, err = fetchIn(name, target, 2*time.Second)
 		fmt.Fprintln(out, indent(o))
 		ok = ok && err != nil
 	}
@@ -107,49 +105,62 @@ func cmdDemo(args []string, out io.Writer) int {
 	return ExitOK
 }
 
-// cmdProbe is a tiny client used inside namespaces by the demo: an HTTP
-// GET (names resolved through /etc/resolv.conf) or a TCP connect.
-func cmdProbe(args []string, out io.Writer) int {
-	fs, _, _ := flags("probe")
-	tcp := fs.String("tcp", "", "connect to HOST:PORT instead of fetching a URL")
-	timeout := fs.Duration("timeout", 3*time.Second, "give up after")
-	if rc := parse(fs, args); rc >= 0 {
-		return rc
-	}
+// fetchIn resolves url's host through namespace ns's own resolv.conf and
+// GETs it, every socket created inside ns. It returns what it saw.
+func fetchIn(ns, url string, timeout time.Duration) (string, error) {
 	start := time.Now()
-	if *tcp != "" {
-		c, err := net.DialTimeout("tcp", *tcp, *timeout)
-		if err != nil {
-			fmt.Fprintf(out, "blocked after %s: %v\n", time.Since(start).Round(time.Millisecond), err)
-			return ExitFailure
-		}
-		c.Close()
-		fmt.Fprintf(out, "connected to %s\n", *tcp)
-		return ExitOK
+	failed := func(err error) (string, error) {
+		return fmt.Sprintf("failed after %s: %v", time.Since(start).Round(time.Millisecond), err), err
 	}
-	if fs.NArg() != 1 {
-		return fail(fmt.Errorf("probe: give a URL or --tcp HOST:PORT"))
-	}
-	u := fs.Arg(0)
-	host := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://"), "/")
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	addrs, err := net.DefaultResolver.LookupHost(ctx, strings.Split(host, "/")[0])
+	res, server, err := testbed.Resolver(ns, names.ResolvConf(ns))
 	if err != nil {
-		fmt.Fprintf(out, "failed after %s: %v\n", time.Since(start).Round(time.Millisecond), err)
-		return ExitFailure
+		return failed(err)
 	}
-	fmt.Fprintf(out, "resolved %s -> %s\n", host, strings.Join(addrs, ", "))
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		fmt.Fprintf(out, "failed after %s: %v\n", time.Since(start).Round(time.Millisecond), err)
-		return ExitFailure
+		return failed(err)
+	}
+	addrs, err := res.LookupHost(ctx, req.URL.Hostname())
+	if de := (*net.DNSError)(nil); errors.As(err, &de) {
+		de.Server = net.JoinHostPort(server, "53") // not the host's, which Go would name
+	}
+	if err != nil {
+		return failed(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "resolved %s -> %s (nameserver %s)\n", req.URL.Hostname(), strings.Join(addrs, ", "), server)
+	port := req.URL.Port()
+	if port == "" {
+		port = "80"
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return testbed.DialIn(ctx, ns, network, net.JoinHostPort(addrs[0], port))
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		o, err := failed(err)
+		return b.String() + o, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	fmt.Fprintf(out, "GET %s -> %s: %s\n", u, resp.Status, strings.TrimSpace(string(body)))
-	return ExitOK
+	fmt.Fprintf(&b, "GET %s -> %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	return b.String(), nil
+}
+
+// connectIn opens a TCP connection to addr from inside namespace ns.
+func connectIn(ns, addr string, timeout time.Duration) (string, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := testbed.DialIn(ctx, ns, "tcp", addr)
+	if err != nil {
+		return fmt.Sprintf("blocked after %s: %v", time.Since(start).Round(time.Millisecond), err), err
+	}
+	c.Close()
+	return "connected to " + addr, nil
 }
 
 func waitFor(d time.Duration, f func() (string, error)) (string, error) {
@@ -164,9 +175,3 @@ func waitFor(d time.Duration, f func() (string, error)) (string, error) {
 }
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
-
-func randID() string {
-	b := make([]byte, 2)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}

@@ -12,12 +12,12 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
 // Issue 2 end-to-end tests: vpn-agent confining a namespace in the
@@ -25,7 +25,7 @@ import (
 
 // confined is an agent-managed namespace in a fresh topology.
 type confined struct {
-	tp   *topo.Topo
+	tp   *harness.Topo
 	ag   agentproc.Agent
 	cfg  *config.Config
 	path string // config file
@@ -35,7 +35,7 @@ type confined struct {
 
 // newConfined writes an agent config for a fresh topology without starting
 // the agent.
-func newConfined(t *testing.T, o topo.AgentOptions) *confined {
+func newConfined(t *testing.T, o harness.AgentOptions) *confined {
 	t.Helper()
 	requireAgent(t)
 	tp := newTopo(t)
@@ -45,11 +45,11 @@ func newConfined(t *testing.T, o topo.AgentOptions) *confined {
 
 // startAgent runs `vpn-agent run` in the simulated host and waits for
 // READY=1; it is stopped (SIGTERM) at cleanup.
-func startAgent(t *testing.T, o topo.AgentOptions) *confined {
+func startAgent(t *testing.T, o harness.AgentOptions) *confined {
 	t.Helper()
 	c := newConfined(t, o)
 	c.d = c.ag.Run(t, c.path)
-	if !nsutil.Mounted(c.name) {
+	if !harness.Mounted(c.name) {
 		t.Fatalf("READY=1 but /run/netns/%s is not a live namespace", c.name)
 	}
 	return c
@@ -62,8 +62,8 @@ func (c *confined) iface() string { return names.Tunnel(c.name) }
 func (c *confined) tunnelEcho(t *testing.T, within time.Duration) probe.Result {
 	t.Helper()
 	start := time.Now()
-	r := eventually(within, func() probe.Result {
-		return probe.TCPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), marker("tunnel"))
+	r := harness.Eventually(within, func() probe.Result {
+		return probe.TCPEcho(c.name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), harness.Marker("tunnel"))
 	})
 	if r.Reached() && time.Since(start) > 2*probe.Timeout {
 		t.Logf("note: the tunnel needed %v after READY=1 to carry traffic", time.Since(start).Round(time.Millisecond))
@@ -75,50 +75,40 @@ func (c *confined) tunnelEcho(t *testing.T, within time.Duration) probe.Result {
 // host's uplink.
 func TestAgentTunnel(t *testing.T) {
 	t.Parallel()
-	c := startAgent(t, topo.AgentOptions{})
-	up := observe.Start(t, c.tp.Host, topo.HostUplinkIf, nil)
+	c := startAgent(t, harness.AgentOptions{})
+	up := observe.Start(t, c.tp.Host, testbed.HostUplinkIf, nil)
 	mark := c.tp.Provider.Mark()
 
 	if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
 		t.Fatalf("no traffic through the tunnel: %v\nagent output:\n%s", r, c.d.Output())
 	}
-	secret := marker("tunnelled")
-	rs := probe.All(
-		func() probe.Result { return probe.TCPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), secret) },
-		func() probe.Result { return probe.UDPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), secret) },
-		func() probe.Result { return probe.Ping(c.name, topo.ProvTunnel4) },
+	secret := harness.Marker("tunnelled")
+	rs := probe.All(append(harness.TunnelProbes(c.name, testbed.ProvTunnel4, secret),
 		func() probe.Result {
-			return eventually(2*time.Second, func() probe.Result {
-				return probe.TCPEcho(c.name, ap(topo.ProvTunnel6, topo.EchoPort), secret)
+			return harness.Eventually(2*time.Second, func() probe.Result {
+				return probe.TCPEcho(c.name, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), secret)
 			})
 		},
-		func() probe.Result { return probe.UDPEcho(c.name, ap(topo.ProvTunnel6, topo.EchoPort), secret) },
-		func() probe.Result { return probe.Ping(c.name, topo.ProvTunnel6) },
-	)
+		func() probe.Result {
+			return probe.UDPEcho(c.name, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), secret)
+		},
+		func() probe.Result { return probe.Ping(c.name, testbed.ProvTunnel6) },
+	)...)
 	for _, r := range rs {
 		if !r.Reached() {
 			t.Errorf("through the tunnel: %v", r)
 		}
 	}
 	// The provider saw the connections arrive from the tunnel addresses.
-	ev := hits(t, c.tp.Provider, mark)
-	for _, src := range []netip.Addr{topo.ClientTunnel4, topo.ClientTunnel6} {
-		if !slices.ContainsFunc(ev, func(e provider.Event) bool { return hostOf(e.Src) == src }) {
-			t.Errorf("provider log has no hit from tunnel address %s:\n%s", src, dumpEvents(ev))
+	ev := harness.Hits(t, c.tp.Provider, mark)
+	for _, src := range []netip.Addr{testbed.ClientTunnel4, testbed.ClientTunnel6} {
+		if !slices.ContainsFunc(ev, func(e provider.Event) bool { return harness.HostOf(e.Src) == src }) {
+			t.Errorf("provider log has no hit from tunnel address %s:\n%s", src, harness.DumpEvents(ev))
 		}
 	}
 
-	ctl := control(t, up, c.tp.Host, ap(topo.DecoyTarget4, topo.ControlPort))
-	pkts := up.Stop()
-	if !slices.ContainsFunc(pkts, wgTraffic) {
-		t.Errorf("no WireGuard traffic on the host uplink:\n%s", observe.Dump(pkts))
-	}
-	if slices.ContainsFunc(pkts, observe.Payload(secret)) {
-		t.Errorf("tunnelled payload seen in clear on the host uplink")
-	}
-	if bad := unexpected(pkts, observe.LinkNoise, wgTraffic, observe.Payload(ctl)); len(bad) > 0 {
-		t.Errorf("host uplink carried more than WireGuard:\n%s", observe.Dump(bad))
-	}
+	ctl := harness.Control(t, up, c.tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
+	harness.OnlyWireGuard(t, up.Stop(), secret, ctl)
 
 	st, out, err := c.ag.Status(c.name)
 	if err != nil {
@@ -134,18 +124,18 @@ func TestAgentTunnel(t *testing.T) {
 // (b) DNS resolves through the tunnel's resolver only.
 func TestAgentDNS(t *testing.T) {
 	t.Parallel()
-	c := startAgent(t, topo.AgentOptions{})
+	c := startAgent(t, harness.AgentOptions{})
 	tp := c.tp
 
 	// Positive control: the decoy resolver answers and logs, from an
 	// unconfined namespace.
 	dmark := tp.Decoy.Mark()
-	r := probe.DNS(tp.LAN, ap(topo.DecoyDNS4, 53), "udp", topo.TargetName, dnsmessage.TypeA)
-	if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{topo.DecoyAnswer4}) {
+	r := probe.DNS(tp.LAN, harness.AP(testbed.DecoyDNS4, 53), "udp", testbed.TargetName, dnsmessage.TypeA)
+	if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{testbed.DecoyAnswer4}) {
 		t.Fatalf("positive control: decoy resolver from the LAN: %v", r)
 	}
-	if ev := hits(t, tp.Decoy, dmark); len(ev) != 1 || ev[0].Kind != provider.EvDNS {
-		t.Fatalf("positive control: decoy log should hold exactly the LAN's query:\n%s", dumpEvents(ev))
+	if ev := harness.Hits(t, tp.Decoy, dmark); len(ev) != 1 || ev[0].Kind != provider.EvDNS {
+		t.Fatalf("positive control: decoy log should hold exactly the LAN's query:\n%s", harness.DumpEvents(ev))
 	}
 
 	// The namespace's resolv.conf names the provider's resolver only.
@@ -159,8 +149,8 @@ func TestAgentDNS(t *testing.T) {
 			servers = append(servers, f[1])
 		}
 	}
-	if !slices.Equal(servers, []string{topo.ProvTunnel4.String()}) {
-		t.Errorf("resolv.conf nameservers %v, want [%s]:\n%s", servers, topo.ProvTunnel4, rc)
+	if !slices.Equal(servers, []string{testbed.ProvTunnel4.String()}) {
+		t.Errorf("resolv.conf nameservers %v, want [%s]:\n%s", servers, testbed.ProvTunnel4, rc)
 	}
 
 	if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
@@ -170,50 +160,34 @@ func TestAgentDNS(t *testing.T) {
 
 	// getent through `vpn-agent exec`: glibc, resolv.conf and nsswitch.conf
 	// as an application sees them.
-	g := probe.Getent(tp.Host, env.agentBin, c.name, topo.TargetName)
+	g := probe.Getent(tp.Host, env.agentBin, c.name, testbed.TargetName)
 	if !g.Reached() || len(g.Addrs) == 0 {
-		t.Errorf("getent hosts %s via vpn-agent exec: %v\n%s", topo.TargetName, g, g.Answer)
+		t.Errorf("getent hosts %s via vpn-agent exec: %v\n%s", testbed.TargetName, g, g.Answer)
 	}
 	for _, a := range g.Addrs {
-		if a != topo.ProvTunnel4 && a != topo.ProvTunnel6 {
-			t.Errorf("getent resolved %s to %s, not the provider's answer", topo.TargetName, a)
+		if a != testbed.ProvTunnel4 && a != testbed.ProvTunnel6 {
+			t.Errorf("getent resolved %s to %s, not the provider's answer", testbed.TargetName, a)
 		}
 	}
 	for _, network := range []string{"udp", "tcp"} {
-		r := probe.DNS(c.name, ap(topo.ProvTunnel4, 53), network, topo.TargetName, dnsmessage.TypeA)
-		if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{topo.ProvTunnel4}) {
+		r := probe.DNS(c.name, harness.AP(testbed.ProvTunnel4, 53), network, testbed.TargetName, dnsmessage.TypeA)
+		if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{testbed.ProvTunnel4}) {
 			t.Errorf("configured resolver through the tunnel: %v", r)
 		}
 	}
 
 	// Every other resolver, port and transport is blocked. [fd66::1]:53 is
 	// a live resolver inside the tunnel, but not the configured one.
-	m := marker("mdns")
+	m := harness.Marker("mdns")
 	blocked := probe.All(
-		func() probe.Result {
-			return probe.DNS(c.name, ap(topo.DecoyDNS4, 53), "udp", topo.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, ap(topo.DecoyDNS4, 53), "tcp", topo.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, ap(topo.DecoyDNS4, 853), "tcp", topo.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, ap(topo.DecoyDNS4, 5353), "udp", topo.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, ap(topo.DecoyDNS4, 5355), "udp", topo.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, ap(topo.DecoyDNS4, 5355), "tcp", topo.TargetName, dnsmessage.TypeA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, ap(topo.DecoyDNS6, 53), "udp", topo.TargetName, dnsmessage.TypeAAAA)
-		},
-		func() probe.Result {
-			return probe.DNS(c.name, ap(topo.ProvTunnel6, 53), "udp", topo.TargetName, dnsmessage.TypeAAAA)
-		},
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 53, "udp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 53, "tcp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 853, "tcp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 5353, "udp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 5355, "udp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS4, 5355, "tcp", dnsmessage.TypeA),
+		harness.DNSQuery(c.name, testbed.DecoyDNS6, 53, "udp", dnsmessage.TypeAAAA),
+		harness.DNSQuery(c.name, testbed.ProvTunnel6, 53, "udp", dnsmessage.TypeAAAA),
 	)
 	for _, r := range blocked {
 		if r.Reached() {
@@ -226,24 +200,24 @@ func TestAgentDNS(t *testing.T) {
 		}
 	}
 
-	pev := hits(t, tp.Provider, pmark)
+	pev := harness.Hits(t, tp.Provider, pmark)
 	n := 0
 	for _, e := range pev {
 		if e.Kind != provider.EvDNS {
 			continue
 		}
-		if hostOf(e.Dst) != topo.ProvTunnel4 {
+		if harness.HostOf(e.Dst) != testbed.ProvTunnel4 {
 			t.Errorf("strict DNS: query reached the provider at %s, not the configured resolver: %v", e.Dst, e)
 		}
-		if e.Name == topo.TargetName+"." {
+		if e.Name == testbed.TargetName+"." {
 			n++
 		}
 	}
 	if n < 3 { // getent (1+) + udp + tcp
-		t.Errorf("provider resolver log: %d queries for %s, want at least 3:\n%s", n, topo.TargetName, dumpEvents(pev))
+		t.Errorf("provider resolver log: %d queries for %s, want at least 3:\n%s", n, testbed.TargetName, harness.DumpEvents(pev))
 	}
-	if ev := hits(t, tp.Decoy, dmark); len(ev) > 0 {
-		t.Errorf("DNS leak: the decoy saw:\n%s", dumpEvents(ev))
+	if ev := harness.Hits(t, tp.Decoy, dmark); len(ev) > 0 {
+		t.Errorf("DNS leak: the decoy saw:\n%s", harness.DumpEvents(ev))
 	}
 }
 
@@ -282,7 +256,7 @@ func TestAgentKillSwitch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := startAgent(t, topo.AgentOptions{HostLink: true, PortMappings: map[int]int{8080: 80}})
+			c := startAgent(t, harness.AgentOptions{HostLink: true, PortMappings: map[int]int{8080: 80}})
 			tp := c.tp
 			if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
 				t.Fatalf("precondition: no traffic through the tunnel: %v", r)
@@ -290,19 +264,11 @@ func TestAgentKillSwitch(t *testing.T) {
 			tc.breakIt(t, c)
 
 			hostIf := names.HostVeth(c.name)
-			up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
-			lan := observe.Start(t, tp.Host, topo.HostLANIf, nil)
+			up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
+			lan := observe.Start(t, tp.Host, testbed.HostLANIf, nil)
 			veth := observe.Start(t, tp.Host, hostIf, nil)
 
-			// Positive control for the decoy log, in this test case.
-			dm := marker("decoy-control")
-			if r := probe.UDPEcho(tp.LAN, ap(topo.DecoyTarget4, topo.EchoPort), dm); !r.Reached() {
-				t.Fatalf("positive control: decoy echo from the LAN: %v", r)
-			}
-			if !slices.ContainsFunc(hits(t, tp.Decoy, 0), func(e provider.Event) bool { return e.Kind == provider.EvUDP && e.Len == len(dm) }) {
-				t.Fatalf("positive control: the decoy did not log the LAN's datagram")
-			}
-			mark := tp.Decoy.Mark()
+			mark, dm := tp.DecoyControl(t) // the decoy log's positive control
 
 			check := func(stage string) {
 				for _, r := range leakProbes(c.name) {
@@ -326,21 +292,21 @@ func TestAgentKillSwitch(t *testing.T) {
 			check("default route via the host link")
 			restore()
 
-			ctlUp := control(t, up, tp.Host, ap(topo.DecoyTarget4, topo.ControlPort))
-			ctlLAN := control(t, lan, tp.Host, ap(topo.LANHost4, topo.ControlPort))
-			ctlVeth := control(t, veth, tp.Host, netip.AddrPortFrom(topo.HostLinkNS.Addr(), topo.ControlPort))
+			ctlUp := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
+			ctlLAN := harness.Control(t, lan, tp.Host, harness.AP(testbed.LANHost4, testbed.ControlPort))
+			ctlVeth := harness.Control(t, veth, tp.Host, netip.AddrPortFrom(testbed.HostLinkNS.Addr(), testbed.ControlPort))
 
-			if bad := unexpected(up.Stop(), observe.LinkNoise, wgTraffic, wgErrors, observe.Payload(ctlUp), observe.Payload(dm)); len(bad) > 0 {
+			if bad := harness.Unexpected(up.Stop(), observe.LinkNoise, harness.WGTraffic, harness.WGBounce, observe.Payload(ctlUp), observe.Payload(dm)); len(bad) > 0 {
 				t.Errorf("LEAK on the host uplink:\n%s", observe.Dump(bad))
 			}
-			if bad := unexpected(lan.Stop(), observe.LinkNoise, observe.Payload(ctlLAN), observe.Payload(dm)); len(bad) > 0 {
+			if bad := harness.Unexpected(lan.Stop(), observe.LinkNoise, observe.Payload(ctlLAN), observe.Payload(dm)); len(bad) > 0 {
 				t.Errorf("LEAK on the host's LAN link:\n%s", observe.Dump(bad))
 			}
-			if bad := unexpected(veth.Stop(), observe.LinkNoise, observe.Payload(ctlVeth)); len(bad) > 0 {
+			if bad := harness.Unexpected(veth.Stop(), observe.LinkNoise, observe.Payload(ctlVeth)); len(bad) > 0 {
 				t.Errorf("the confined namespace sent on the host link (%s):\n%s", hostIf, observe.Dump(bad))
 			}
-			if ev := hits(t, tp.Decoy, mark); len(ev) > 0 {
-				t.Errorf("LEAK: the decoys saw:\n%s", dumpEvents(ev))
+			if ev := harness.Hits(t, tp.Decoy, mark); len(ev) > 0 {
+				t.Errorf("LEAK: the decoys saw:\n%s", harness.DumpEvents(ev))
 			}
 			if st, out, _ := c.ag.Status(c.name); st != nil {
 				t.Logf("status after the test: healthy=%v problems=%v drops=%v", st["healthy"], st["problems"], st["policy"])
@@ -364,7 +330,7 @@ func hijackDefaultRoute(t *testing.T, c *confined) (restore func()) {
 	t.Helper()
 	var saved [][]string
 	for _, fam := range []string{"-4", "-6"} {
-		out, _ := nsutil.Output(c.name, "ip", "-o", fam, "route", "show", "default")
+		out, _ := harness.Output(c.name, "ip", "-o", fam, "route", "show", "default")
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			if f := strings.Fields(line); len(f) > 0 {
 				saved = append(saved, append([]string{"ip", fam, "route", "replace"}, f...))
@@ -372,17 +338,17 @@ func hijackDefaultRoute(t *testing.T, c *confined) (restore func()) {
 		}
 	}
 	nsIf := names.NSVeth(c.name)
-	if _, err := nsutil.Output(c.name, "ip", "route", "replace", "default", "via", topo.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
+	if _, err := harness.Output(c.name, "ip", "route", "replace", "default", "via", testbed.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
 		t.Logf("could not add the escape route (the agent may be rebuilding): %v", err)
 	}
-	if _, err := nsutil.Output(c.name, "ip", "-6", "route", "replace", "default", "dev", nsIf); err != nil {
+	if _, err := harness.Output(c.name, "ip", "-6", "route", "replace", "default", "dev", nsIf); err != nil {
 		t.Logf("no IPv6 escape route (expected: the agent disables IPv6 on the host link): %v", err)
 	}
 	return func() {
-		nsutil.Output(c.name, "ip", "route", "del", "default", "dev", nsIf)
-		nsutil.Output(c.name, "ip", "-6", "route", "del", "default", "dev", nsIf)
+		harness.Output(c.name, "ip", "route", "del", "default", "dev", nsIf)
+		harness.Output(c.name, "ip", "-6", "route", "del", "default", "dev", nsIf)
 		for _, argv := range saved {
-			if _, err := nsutil.Output(c.name, argv...); err != nil {
+			if _, err := harness.Output(c.name, argv...); err != nil {
 				t.Logf("restoring %v: %v", argv, err)
 			}
 		}
@@ -393,34 +359,34 @@ func hijackDefaultRoute(t *testing.T, c *confined) (restore func()) {
 // internet over TCP, UDP, ICMP and DNS (v4 and v6), the host itself, the
 // LAN, multicast and broadcast. None may reach its target.
 func leakProbes(ns string) []probe.Result {
-	m := marker("leak")
+	m := harness.Marker("leak")
 	q := func(server netip.AddrPort, network string) func() probe.Result {
-		return func() probe.Result { return probe.DNS(ns, server, network, topo.TargetName, dnsmessage.TypeA) }
+		return func() probe.Result { return probe.DNS(ns, server, network, testbed.TargetName, dnsmessage.TypeA) }
 	}
 	send := func(dst string) func() probe.Result {
 		return func() probe.Result { return probe.UDPSend(ns, netip.MustParseAddrPort(dst), m) }
 	}
 	return probe.All(
-		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget4, 80)) },
-		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget4, 443)) },
-		func() probe.Result { return probe.TCPEcho(ns, ap(topo.DecoyTarget4, topo.EchoPort), m) },
-		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget6, 443)) },
-		func() probe.Result { return probe.UDPEcho(ns, ap(topo.DecoyTarget4, 443), m) },
-		func() probe.Result { return probe.UDPEcho(ns, ap(topo.DecoyTarget6, topo.EchoPort), m) },
-		func() probe.Result { return probe.Ping(ns, topo.DecoyTarget4) },
-		func() probe.Result { return probe.Ping(ns, topo.DecoyTarget6) },
-		func() probe.Result { return probe.Ping(ns, topo.InetHostSide4) },
-		func() probe.Result { return probe.Ping(ns, topo.HostUplink4) },
-		func() probe.Result { return probe.Ping(ns, topo.HostLinkHost.Addr()) },
-		func() probe.Result { return probe.TCP(ns, ap(topo.HostLinkHost.Addr(), 22)) },
-		func() probe.Result { return probe.Ping(ns, topo.LANHost4) },
-		func() probe.Result { return probe.TCP(ns, ap(topo.LANHost4, 22)) },
-		q(ap(topo.DecoyDNS4, 53), "udp"),
-		q(ap(topo.DecoyDNS4, 53), "tcp"),
-		q(ap(topo.DecoyDNS4, 853), "tcp"),
-		q(ap(topo.DecoyDNS4, 5353), "udp"),
-		q(ap(topo.DecoyDNS4, 5355), "udp"),
-		q(ap(topo.DecoyDNS6, 53), "udp"),
+		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget4, 80)) },
+		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget4, 443)) },
+		func() probe.Result { return probe.TCPEcho(ns, harness.AP(testbed.DecoyTarget4, testbed.EchoPort), m) },
+		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget6, 443)) },
+		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget4, 443), m) },
+		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget6, testbed.EchoPort), m) },
+		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget4) },
+		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget6) },
+		func() probe.Result { return probe.Ping(ns, testbed.InetHostSide4) },
+		func() probe.Result { return probe.Ping(ns, testbed.HostUplink4) },
+		func() probe.Result { return probe.Ping(ns, testbed.HostLinkHost.Addr()) },
+		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.HostLinkHost.Addr(), 22)) },
+		func() probe.Result { return probe.Ping(ns, testbed.LANHost4) },
+		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.LANHost4, 22)) },
+		q(harness.AP(testbed.DecoyDNS4, 53), "udp"),
+		q(harness.AP(testbed.DecoyDNS4, 53), "tcp"),
+		q(harness.AP(testbed.DecoyDNS4, 853), "tcp"),
+		q(harness.AP(testbed.DecoyDNS4, 5353), "udp"),
+		q(harness.AP(testbed.DecoyDNS4, 5355), "udp"),
+		q(harness.AP(testbed.DecoyDNS6, 53), "udp"),
 		send("224.0.0.251:5353"),
 		send("224.0.0.252:5355"),
 		send("255.255.255.255:9"),
@@ -432,10 +398,10 @@ func leakProbes(ns string) []probe.Result {
 // tunnelProbes reach for the provider's tunnel-side services.
 func tunnelProbes(ns string) []probe.Result {
 	return probe.All(
-		func() probe.Result { return probe.TCPEcho(ns, ap(topo.ProvTunnel4, topo.EchoPort), marker("t")) },
 		func() probe.Result {
-			return probe.DNS(ns, ap(topo.ProvTunnel4, 53), "udp", topo.TargetName, dnsmessage.TypeA)
+			return probe.TCPEcho(ns, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), harness.Marker("t"))
 		},
+		harness.DNSQuery(ns, testbed.ProvTunnel4, 53, "udp", dnsmessage.TypeA),
 	)
 }
 

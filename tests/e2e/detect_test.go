@@ -5,10 +5,10 @@ import (
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
 // TestAgentLeakDetection is a mutation check of the leak assertions: with
@@ -18,16 +18,16 @@ import (
 // TestAgentKillSwitch proves nothing.
 func TestAgentLeakDetection(t *testing.T) {
 	t.Parallel()
-	c := newConfined(t, topo.AgentOptions{HostLink: true})
+	c := newConfined(t, harness.AgentOptions{HostLink: true})
 	c.d = c.ag.Run(t, c.path, "--check-interval", "1h")
 	tp := c.tp
-	if _, err := nsutil.Output(c.name, "nft", "delete", "table", "inet", names.Table); err != nil {
+	if _, err := harness.Output(c.name, "nft", "delete", "table", "inet", names.Table); err != nil {
 		t.Fatalf("removing the kill switch: %v", err)
 	}
-	if _, err := nsutil.Output(tp.Host, "nft", "delete", "table", "inet", names.HostTable(c.name)); err != nil {
+	if _, err := harness.Output(tp.Host, "nft", "delete", "table", "inet", names.HostTable(c.name)); err != nil {
 		t.Fatalf("removing the host table: %v", err)
 	}
-	up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
+	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
 	veth := observe.Start(t, tp.Host, names.HostVeth(c.name), nil)
 	mark := tp.Decoy.Mark()
 	restore := hijackDefaultRoute(t, c)
@@ -37,13 +37,13 @@ func TestAgentLeakDetection(t *testing.T) {
 	if !slices.ContainsFunc(rs, probe.Result.Reached) {
 		t.Errorf("no probe reached a decoy without the kill switch:\n%s", probe.Summary(rs))
 	}
-	if bad := unexpected(up.Stop(), observe.LinkNoise, wgTraffic, wgErrors); len(bad) == 0 {
+	if bad := harness.Unexpected(up.Stop(), observe.LinkNoise, harness.WGTraffic, harness.WGBounce); len(bad) == 0 {
 		t.Errorf("the uplink capture saw no leak without the kill switch")
 	}
-	if bad := unexpected(veth.Stop(), observe.LinkNoise); len(bad) == 0 {
+	if bad := harness.Unexpected(veth.Stop(), observe.LinkNoise); len(bad) == 0 {
 		t.Errorf("the host-link capture saw nothing leave the namespace without the kill switch")
 	}
-	if ev := hits(t, tp.Decoy, mark); len(ev) == 0 {
+	if ev := harness.Hits(t, tp.Decoy, mark); len(ev) == 0 {
 		t.Errorf("the decoys logged nothing without the kill switch")
 	} else {
 		t.Logf("without the kill switch the decoys logged %d hits, e.g. %v", len(ev), ev[0])

@@ -11,13 +11,12 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
 // (d) After down, nothing of the namespace is left.
 func TestAgentDown(t *testing.T) {
-	opts := topo.AgentOptions{HostLink: true, PortMappings: map[int]int{8080: 80}}
+	opts := harness.AgentOptions{HostLink: true, PortMappings: map[int]int{8080: 80}}
 	t.Run("sigterm", func(t *testing.T) {
 		t.Parallel()
 		c := startAgent(t, opts)
@@ -43,9 +42,9 @@ func TestAgentDown(t *testing.T) {
 		assertPresent(t, c)
 		c.d.Kill()
 		// A crash leaves the namespace closed, not open.
-		if !nsutil.Mounted(c.name) {
+		if !harness.Mounted(c.name) {
 			t.Errorf("after SIGKILL the namespace is gone; expected it (and its kill switch) to stay until down")
-		} else if _, err := nsutil.Output(c.name, "nft", "list", "table", "inet", names.Table); err != nil {
+		} else if _, err := harness.Output(c.name, "nft", "list", "table", "inet", names.Table); err != nil {
 			t.Errorf("after SIGKILL the namespace has no kill switch: %v", err)
 		}
 		c.ag.MustCmd(t, "down", c.name)
@@ -111,7 +110,7 @@ type resource struct {
 func resources(c *confined) []resource {
 	name, host := c.name, c.tp.Host
 	ok := func(ns string, argv ...string) func() bool {
-		return func() bool { _, err := nsutil.Output(ns, argv...); return err == nil }
+		return func() bool { _, err := harness.Output(ns, argv...); return err == nil }
 	}
 	file := func(p string) func() bool {
 		return func() bool { _, err := os.Lstat(p); return !errors.Is(err, os.ErrNotExist) }
@@ -121,7 +120,7 @@ func resources(c *confined) []resource {
 		return func() bool { _, err := execOut("ip", "link", "show", "dev", l); return err == nil }
 	}
 	return []resource{
-		{"netns /run/netns/" + name, file(nsutil.Path(name))},
+		{"netns /run/netns/" + name, file(names.Netns(name))},
 		{"link vc-" + name + " in the host namespace", link(host, names.Tunnel(name))},
 		{"link vh-" + name + " in the host namespace", link(host, names.HostVeth(name))},
 		{"link vc-" + name + " in the root namespace", rootLink(names.Tunnel(name))},
@@ -139,7 +138,7 @@ func resources(c *confined) []resource {
 func assertPresent(t *testing.T, c *confined) {
 	t.Helper()
 	want := map[string]bool{
-		"netns":                   nsutil.Mounted(c.name),
+		"netns":                   harness.Mounted(c.name),
 		"wg link in the netns":    okIn(c.name, "ip", "link", "show", "dev", c.iface()),
 		"kill switch in netns":    okIn(c.name, "nft", "list", "table", "inet", names.Table),
 		"vh- link in host":        okIn(c.tp.Host, "ip", "link", "show", "dev", names.HostVeth(c.name)),
@@ -167,6 +166,6 @@ func assertGone(t *testing.T, c *confined, when string) {
 	}
 }
 
-func okIn(ns string, argv ...string) bool { _, err := nsutil.Output(ns, argv...); return err == nil }
+func okIn(ns string, argv ...string) bool { _, err := harness.Output(ns, argv...); return err == nil }
 func okRoot(argv ...string) bool          { _, err := execOut(argv[0], argv[1:]...); return err == nil }
 func exists(p string) bool                { _, err := os.Lstat(p); return err == nil }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
 // Issue 12.3, 12.4, 12.17: vpn-agent exec passes the command's exit status
@@ -13,7 +13,7 @@ import (
 // any way back to the host namespace and without packet or vsock sockets.
 func TestExec(t *testing.T) {
 	t.Parallel()
-	c := startAgent(t, topo.AgentOptions{})
+	c := startAgent(t, harness.AgentOptions{})
 	run := func(args ...string) (int, string, string) {
 		o := c.ag.Cmd(append([]string{"exec"}, args...)...)
 		return o.ExitCode(), strings.TrimSpace(o.Stdout), strings.TrimSpace(o.Stderr)

@@ -17,11 +17,11 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
 // The fault suite: faults the agent must survive with no leak at any
@@ -238,7 +238,7 @@ func TestFaultKilledBetweenSteps(t *testing.T) {
 			if pids := agentPIDs(s.path); len(pids) > 0 {
 				t.Errorf("%s: agent processes still run: %v", when, pids)
 			}
-			if !nsutil.Mounted(s.name) {
+			if !harness.Mounted(s.name) {
 				t.Fatalf("%s: the namespace is gone; a crash must leave it (closed) for the next up", when)
 			}
 			table := okIn(s.name, "nft", "list", "table", "inet", names.Table)
@@ -276,7 +276,7 @@ func indexOf(xs []string, x string) int {
 
 // nsLinks lists the link names in namespace ns.
 func nsLinks(ns string) []string {
-	out, err := nsutil.Output(ns, "ip", "-o", "link", "show")
+	out, err := harness.Output(ns, "ip", "-o", "link", "show")
 	if err != nil {
 		return nil
 	}
@@ -453,7 +453,7 @@ func TestFaultStaleLeftovers(t *testing.T) {
 				// Positive control: before the agent, this namespace's
 				// escape route reaches the internet decoy (the host
 				// forwards and masquerades).
-				r := eventually(3*time.Second, func() probe.Result { return probe.TCP(s.name, ap(topo.DecoyTarget4, 80)) })
+				r := harness.Eventually(3*time.Second, func() probe.Result { return probe.TCP(s.name, harness.AP(testbed.DecoyTarget4, 80)) })
 				if !r.Reached() {
 					t.Fatalf("positive control: the stale namespace's escape route does not work before the agent: %v", r)
 				}
@@ -462,12 +462,12 @@ func TestFaultStaleLeftovers(t *testing.T) {
 				// The foreign link stays (not ours), but carries nothing.
 				o := observe.Start(t, tp.Host, stray, nil)
 				assertNoReach(t, w, "stale namespace with an escape route")
-				m := marker("control")
-				probe.UDPSend(tp.Host, ap(netip.MustParseAddr("10.99.0.2"), topo.ControlPort), m)
-				if !o.WaitFor(observe.Payload(m), 2*time.Second) {
+				m := harness.Marker("control")
+				probe.UDPSend(tp.Host, harness.AP(netip.MustParseAddr("10.99.0.2"), testbed.ControlPort), m)
+				if !o.WaitFor(observe.Payload(m), observe.ControlWait) {
 					t.Errorf("positive control: the capture on %s saw nothing", stray)
 				}
-				if bad := unexpected(o.Stop(), observe.LinkNoise, observe.Payload(m)); len(bad) > 0 {
+				if bad := harness.Unexpected(o.Stop(), observe.LinkNoise, observe.Payload(m)); len(bad) > 0 {
 					t.Errorf("LEAK: the stale namespace's own veth carried:\n%s", observe.Dump(bad))
 				}
 			},
@@ -476,7 +476,7 @@ func TestFaultStaleLeftovers(t *testing.T) {
 			name: "stale-host-link",
 			setup: func(t *testing.T) {
 				tp.Exec(t, tp.Host, "ip", "link", "add", names.HostVeth(s.name), "type", "veth", "peer", "name", names.NSVeth(s.name))
-				tp.Exec(t, tp.Host, "ip", "addr", "add", topo.HostLinkHost.String(), "dev", names.HostVeth(s.name))
+				tp.Exec(t, tp.Host, "ip", "addr", "add", testbed.HostLinkHost.String(), "dev", names.HostVeth(s.name))
 				tp.Exec(t, tp.Host, "ip", "link", "set", names.HostVeth(s.name), "up")
 			},
 			check: func(t *testing.T, w *window) {
@@ -494,7 +494,7 @@ func TestFaultStaleLeftovers(t *testing.T) {
 			// module, a persistent TUN of that name stands in for it.
 			name: "tunnel-name-taken-in-host-namespace",
 			setup: func(t *testing.T) {
-				if _, err := nsutil.Output(tp.Host, "ip", "link", "add", names.Tunnel(s.name), "type", "wireguard"); err != nil {
+				if _, err := harness.Output(tp.Host, "ip", "link", "add", names.Tunnel(s.name), "type", "wireguard"); err != nil {
 					tp.Exec(t, tp.Host, "ip", "tuntap", "add", "dev", names.Tunnel(s.name), "mode", "tun")
 				}
 			},
@@ -515,7 +515,7 @@ func TestFaultStaleLeftovers(t *testing.T) {
 			},
 			check: func(t *testing.T, w *window) {
 				rc, err := os.ReadFile(names.ResolvConf(s.name))
-				if err != nil || strings.Contains(string(rc), "203.0.113.53") || !strings.Contains(string(rc), "nameserver "+topo.ProvTunnel4.String()) {
+				if err != nil || strings.Contains(string(rc), "203.0.113.53") || !strings.Contains(string(rc), "nameserver "+testbed.ProvTunnel4.String()) {
 					t.Errorf("resolv.conf was not rewritten to the configured resolver (err %v):\n%s", err, rc)
 				}
 				if r := s.getent(true, 4*time.Second); !goodPositive(s, &mrow{kind: kGetent}, r) {
@@ -597,9 +597,9 @@ func TestFaultEndpointFlapping(t *testing.T) {
 	// The stream: one UDP socket in the namespace, a numbered datagram
 	// every 50 ms to the provider's echo through the tunnel.
 	var sock *net.UDPConn
-	must(t, nsutil.Do(s.name, func() error {
+	must(t, testbed.Do(s.name, func() error {
 		var err error
-		sock, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(ap(topo.ProvTunnel4, topo.EchoPort)))
+		sock, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(harness.AP(testbed.ProvTunnel4, testbed.EchoPort)))
 		return err
 	}))
 	defer sock.Close()

@@ -8,10 +8,11 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
 // These tests validate the harness itself, without the agent: the
@@ -26,17 +27,19 @@ func TestHarnessTunnel(t *testing.T) {
 	requireEnv(t)
 	t.Parallel()
 	tp := newTopo(t)
-	up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
+	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
 	tp.StartProcess(t, "client", tp.Host, env.providerBin, &provider.Config{WireGuard: tp.ClientPeer(tp.Name('x'))})
 
-	secret := marker("tunnelled")
+	secret := harness.Marker("tunnelled")
 	for _, r := range []probe.Result{
-		eventually(5*time.Second, func() probe.Result { return probe.TCPEcho(tp.Host, ap(topo.ProvTunnel4, topo.EchoPort), secret) }),
-		probe.UDPEcho(tp.Host, ap(topo.ProvTunnel4, topo.EchoPort), secret),
-		probe.TCPEcho(tp.Host, ap(topo.ProvTunnel6, topo.EchoPort), secret),
-		probe.UDPEcho(tp.Host, ap(topo.ProvTunnel6, topo.EchoPort), secret),
-		probe.Ping(tp.Host, topo.ProvTunnel4),
-		probe.Ping(tp.Host, topo.ProvTunnel6),
+		harness.Eventually(5*time.Second, func() probe.Result {
+			return probe.TCPEcho(tp.Host, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), secret)
+		}),
+		probe.UDPEcho(tp.Host, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), secret),
+		probe.TCPEcho(tp.Host, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), secret),
+		probe.UDPEcho(tp.Host, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), secret),
+		probe.Ping(tp.Host, testbed.ProvTunnel4),
+		probe.Ping(tp.Host, testbed.ProvTunnel6),
 	} {
 		if !r.Reached() {
 			t.Errorf("through the hand-made tunnel: %v", r)
@@ -44,49 +47,40 @@ func TestHarnessTunnel(t *testing.T) {
 	}
 	mark := tp.Provider.Mark()
 	for _, network := range []string{"udp", "tcp"} {
-		r := probe.DNS(tp.Host, ap(topo.ProvTunnel4, 53), network, topo.TargetName, dnsmessage.TypeA)
-		if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{topo.ProvTunnel4}) {
-			t.Errorf("provider resolver: %v, want %s", r, topo.ProvTunnel4)
+		r := probe.DNS(tp.Host, harness.AP(testbed.ProvTunnel4, 53), network, testbed.TargetName, dnsmessage.TypeA)
+		if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{testbed.ProvTunnel4}) {
+			t.Errorf("provider resolver: %v, want %s", r, testbed.ProvTunnel4)
 		}
 	}
-	r := probe.DNS(tp.Host, ap(topo.ProvTunnel6, 53), "udp", topo.TargetName, dnsmessage.TypeAAAA)
-	if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{topo.ProvTunnel6}) {
-		t.Errorf("provider resolver over IPv6: %v, want %s", r, topo.ProvTunnel6)
+	r := probe.DNS(tp.Host, harness.AP(testbed.ProvTunnel6, 53), "udp", testbed.TargetName, dnsmessage.TypeAAAA)
+	if !r.Reached() || !slices.Equal(r.Addrs, []netip.Addr{testbed.ProvTunnel6}) {
+		t.Errorf("provider resolver over IPv6: %v, want %s", r, testbed.ProvTunnel6)
 	}
-	ev := hits(t, tp.Provider, mark)
+	ev := harness.Hits(t, tp.Provider, mark)
 	n := 0
 	for _, e := range ev {
-		if e.Kind == provider.EvDNS && e.Name == topo.TargetName+"." && (hostOf(e.Src) == topo.ClientTunnel4 || hostOf(e.Src) == topo.ClientTunnel6) {
+		if e.Kind == provider.EvDNS && e.Name == testbed.TargetName+"." && (harness.HostOf(e.Src) == testbed.ClientTunnel4 || harness.HostOf(e.Src) == testbed.ClientTunnel6) {
 			n++
 		}
 	}
 	if n != 3 {
-		t.Errorf("provider log: %d queries for %s from the client's tunnel address, want 3:\n%s", n, topo.TargetName, dumpEvents(ev))
+		t.Errorf("provider log: %d queries for %s from the client's tunnel address, want 3:\n%s", n, testbed.TargetName, harness.DumpEvents(ev))
 	}
 
-	ctl := control(t, up, tp.Host, ap(topo.DecoyTarget4, topo.ControlPort))
-	pkts := up.Stop()
-	if !slices.ContainsFunc(pkts, wgTraffic) {
-		t.Errorf("the uplink capture saw no WireGuard traffic:\n%s", observe.Dump(pkts))
-	}
-	if slices.ContainsFunc(pkts, observe.Payload(secret)) {
-		t.Errorf("tunnelled payload seen in clear on the uplink")
-	}
-	if bad := unexpected(pkts, observe.LinkNoise, wgTraffic, observe.Payload(ctl)); len(bad) > 0 {
-		t.Errorf("uplink carried more than WireGuard:\n%s", observe.Dump(bad))
-	}
+	ctl := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
+	harness.OnlyWireGuard(t, up.Stop(), secret, ctl)
 	if errs := tp.Provider.Errors(); len(errs) > 0 {
-		t.Errorf("provider errors:\n%s", dumpEvents(errs))
+		t.Errorf("provider errors:\n%s", harness.DumpEvents(errs))
 	}
 
 	// Blocking the endpoint stops the tunnel; unblocking restores it.
 	tp.BlockWG(t)
-	if r := probe.TCPEcho(tp.Host, ap(topo.ProvTunnel4, topo.EchoPort), secret); r.Reached() {
+	if r := probe.TCPEcho(tp.Host, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), secret); r.Reached() {
 		t.Errorf("tunnel still works with the endpoint blocked: %v", r)
 	}
 	tp.UnblockWG(t)
-	if r := eventually(5*time.Second, func() probe.Result {
-		return probe.TCPEcho(tp.Host, ap(topo.ProvTunnel4, topo.EchoPort), secret)
+	if r := harness.Eventually(5*time.Second, func() probe.Result {
+		return probe.TCPEcho(tp.Host, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), secret)
 	}); !r.Reached() {
 		t.Errorf("tunnel did not recover after unblocking: %v", r)
 	}
@@ -100,33 +94,35 @@ func TestHarnessDecoys(t *testing.T) {
 	requireEnv(t)
 	t.Parallel()
 	tp := newTopo(t)
-	up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
+	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
 	mark := tp.Decoy.Mark()
-	m := marker("decoy")
+	m := harness.Marker("decoy")
 	rs := probe.All(
-		func() probe.Result { return probe.TCPEcho(tp.LAN, ap(topo.DecoyTarget4, 80), m) },
-		func() probe.Result { return probe.TCPEcho(tp.LAN, ap(topo.DecoyTarget6, 443), m) },
-		func() probe.Result { return probe.UDPEcho(tp.LAN, ap(topo.DecoyTarget4, topo.EchoPort), m) },
-		func() probe.Result { return probe.UDPEcho(tp.LAN, ap(topo.DecoyTarget6, 443), m) },
-		func() probe.Result { return probe.Ping(tp.LAN, topo.DecoyTarget4) },
-		func() probe.Result { return probe.Ping(tp.LAN, topo.DecoyTarget6) },
-		func() probe.Result { return probe.TCP(tp.LAN, ap(topo.DecoyDNS4, 853)) },
+		func() probe.Result { return probe.TCPEcho(tp.LAN, harness.AP(testbed.DecoyTarget4, 80), m) },
+		func() probe.Result { return probe.TCPEcho(tp.LAN, harness.AP(testbed.DecoyTarget6, 443), m) },
+		func() probe.Result {
+			return probe.UDPEcho(tp.LAN, harness.AP(testbed.DecoyTarget4, testbed.EchoPort), m)
+		},
+		func() probe.Result { return probe.UDPEcho(tp.LAN, harness.AP(testbed.DecoyTarget6, 443), m) },
+		func() probe.Result { return probe.Ping(tp.LAN, testbed.DecoyTarget4) },
+		func() probe.Result { return probe.Ping(tp.LAN, testbed.DecoyTarget6) },
+		func() probe.Result { return probe.TCP(tp.LAN, harness.AP(testbed.DecoyDNS4, 853)) },
 	)
-	for _, port := range topo.DecoyDNSPorts {
+	for _, port := range testbed.DecoyDNSPorts {
 		for _, network := range []string{"udp", "tcp"} {
-			rs = append(rs, probe.DNS(tp.LAN, ap(topo.DecoyDNS4, port), network, topo.TargetName, dnsmessage.TypeA))
+			rs = append(rs, probe.DNS(tp.LAN, harness.AP(testbed.DecoyDNS4, port), network, testbed.TargetName, dnsmessage.TypeA))
 		}
 	}
-	rs = append(rs, probe.DNS(tp.LAN, ap(topo.DecoyDNS6, 53), "udp", topo.TargetName, dnsmessage.TypeAAAA))
+	rs = append(rs, probe.DNS(tp.LAN, harness.AP(testbed.DecoyDNS6, 53), "udp", testbed.TargetName, dnsmessage.TypeAAAA))
 	for _, r := range rs {
 		if !r.Reached() {
 			t.Errorf("decoy not reachable from the LAN: %v", r)
 		}
-		if len(r.Addrs) > 0 && r.Addrs[0] != topo.DecoyAnswer4 && r.Addrs[0] != topo.DecoyAnswer6 {
+		if len(r.Addrs) > 0 && r.Addrs[0] != testbed.DecoyAnswer4 && r.Addrs[0] != testbed.DecoyAnswer6 {
 			t.Errorf("decoy resolver answered %v, want its own decoy answers", r.Addrs)
 		}
 	}
-	ev := hits(t, tp.Decoy, mark)
+	ev := harness.Hits(t, tp.Decoy, mark)
 	// 4 echo + 1 bare TCP + 9 DNS queries (+ 4 TCP connections for DNS over TCP)
 	dns, conns := 0, 0
 	for _, e := range ev {
@@ -137,15 +133,15 @@ func TestHarnessDecoys(t *testing.T) {
 			conns++
 		}
 		// masqueraded by the host
-		if src := hostOf(e.Src); src != topo.HostUplink4 && src != topo.HostUplink6 {
+		if src := harness.HostOf(e.Src); src != testbed.HostUplink4 && src != testbed.HostUplink6 {
 			t.Errorf("decoy hit from %s, want the host's uplink address", e.Src)
 		}
 	}
 	if dns != 9 || conns != 9 {
-		t.Errorf("decoy log: %d DNS queries (want 9), %d connections/datagrams (want 9):\n%s", dns, conns, dumpEvents(ev))
+		t.Errorf("decoy log: %d DNS queries (want 9), %d connections/datagrams (want 9):\n%s", dns, conns, harness.DumpEvents(ev))
 	}
 	pkts := up.Stop()
-	for _, dst := range []netip.Addr{topo.DecoyTarget4, topo.DecoyTarget6, topo.DecoyDNS4, topo.DecoyDNS6} {
+	for _, dst := range []netip.Addr{testbed.DecoyTarget4, testbed.DecoyTarget6, testbed.DecoyDNS4, testbed.DecoyDNS6} {
 		if !slices.ContainsFunc(pkts, observe.To(dst)) {
 			t.Errorf("uplink capture did not see traffic to %s", dst)
 		}
@@ -173,23 +169,23 @@ func TestHarnessProbeOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := marker("outcome")
+	m := harness.Marker("outcome")
 	for _, c := range []struct {
 		r    probe.Result
 		want probe.Outcome
 	}{
-		{probe.TCP(tp.LAN, ap(topo.DecoyTarget4, 80)), probe.Rejected},                        // local RST
-		{probe.TCP(tp.LAN, ap(topo.DecoyTarget4, 443)), probe.Reached},                        // decoy listens
-		{probe.TCP(tp.LAN, ap(topo.DecoyTarget4, 81)), probe.Rejected},                        // remote RST
-		{probe.UDPEcho(tp.LAN, ap(topo.DecoyTarget4, 443), m), probe.Rejected},                // output drop: EPERM
-		{probe.UDPEcho(tp.LAN, ap(topo.DecoyTarget4, 444), m), probe.Rejected},                // port unreachable
-		{probe.Ping(tp.LAN, topo.DecoyDNS4), probe.Rejected},                                  // admin-prohibited
-		{probe.TCP(tp.LAN, ap(netip.MustParseAddr("198.18.3.99"), 80)), probe.Rejected},       // local RST first
-		{probe.TCP(tp.LAN, ap(netip.MustParseAddr("198.18.3.99"), 22)), probe.TimedOut},       // no neighbour (ARP gives up after 3 s)
-		{probe.TCP(tp.Inet, ap(netip.MustParseAddr("192.0.2.1"), 22)), probe.Rejected},        // no route: ENETUNREACH
-		{probe.UDPEcho(tp.Prov, ap(topo.DecoyTarget4, topo.EchoPort), m), probe.Reached},      // prov -> inet works
-		{probe.TCP(tp.Prov, ap(topo.ProvTunnel4, 1)), probe.Rejected},                         // own tunnel address, closed port
-		{probe.UDPSend(tp.LAN, ap(netip.MustParseAddr("255.255.255.255"), 9), m), probe.Sent}, // broadcast allowed
+		{probe.TCP(tp.LAN, harness.AP(testbed.DecoyTarget4, 80)), probe.Rejected},                      // local RST
+		{probe.TCP(tp.LAN, harness.AP(testbed.DecoyTarget4, 443)), probe.Reached},                      // decoy listens
+		{probe.TCP(tp.LAN, harness.AP(testbed.DecoyTarget4, 81)), probe.Rejected},                      // remote RST
+		{probe.UDPEcho(tp.LAN, harness.AP(testbed.DecoyTarget4, 443), m), probe.Rejected},              // output drop: EPERM
+		{probe.UDPEcho(tp.LAN, harness.AP(testbed.DecoyTarget4, 444), m), probe.Rejected},              // port unreachable
+		{probe.Ping(tp.LAN, testbed.DecoyDNS4), probe.Rejected},                                        // admin-prohibited
+		{probe.TCP(tp.LAN, harness.AP(netip.MustParseAddr("198.18.3.99"), 80)), probe.Rejected},        // local RST first
+		{probe.TCP(tp.LAN, harness.AP(netip.MustParseAddr("198.18.3.99"), 22)), probe.TimedOut},        // no neighbour (ARP gives up after 3 s)
+		{probe.TCP(tp.Inet, harness.AP(netip.MustParseAddr("192.0.2.1"), 22)), probe.Rejected},         // no route: ENETUNREACH
+		{probe.UDPEcho(tp.Prov, harness.AP(testbed.DecoyTarget4, testbed.EchoPort), m), probe.Reached}, // prov -> inet works
+		{probe.TCP(tp.Prov, harness.AP(testbed.ProvTunnel4, 1)), probe.Rejected},                       // own tunnel address, closed port
+		{probe.UDPSend(tp.LAN, harness.AP(netip.MustParseAddr("255.255.255.255"), 9), m), probe.Sent},  // broadcast allowed
 	} {
 		if c.r.Outcome != c.want {
 			t.Errorf("%v: want %s", c.r, c.want)

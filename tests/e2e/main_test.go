@@ -36,7 +36,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
 var (
@@ -81,7 +81,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: skipping all tests:", env.skip)
 		return m.Run()
 	}
-	if removed, err := topo.Sweep(); len(removed) > 0 || err != nil {
+	if removed, err := harness.Sweep(); len(removed) > 0 || err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: swept leftovers of earlier runs: %v (errors: %v)\n", removed, err)
 	}
 	dir, err := os.MkdirTemp("", "vpn-e2e-bin")
@@ -100,7 +100,7 @@ func run(m *testing.M) int {
 	}
 	// Every topology cleans up after itself; whatever a sweep still finds
 	// was leaked by this run (or a crashed one).
-	if removed, err := topo.Sweep(); len(removed) > 0 || err != nil {
+	if removed, err := harness.Sweep(); len(removed) > 0 || err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: FAIL: resources left behind after the run (now removed): %v (errors: %v)\n", removed, err)
 		if code == 0 {
 			code = 1
@@ -132,28 +132,25 @@ func checkEnv() string {
 // flags name prebuilt ones.
 func buildAll(dir string) {
 	var wg sync.WaitGroup
-	if *providerFlag != "" {
-		env.providerBin = *providerFlag
-		if _, err := os.Stat(env.providerBin); err != nil {
-			env.providerErr = fmt.Errorf("-provider: %w", err)
+	for _, b := range []struct {
+		flag, prebuilt, name, pkg string
+		bin                       *string
+		err                       *error
+	}{
+		{"-provider", *providerFlag, "provider", "./tests/cmd/provider", &env.providerBin, &env.providerErr},
+		{"-agent", *agentFlag, "vpn-agent", "./agent/cmd/vpn-agent", &env.agentBin, &env.agentErr},
+	} {
+		if b.prebuilt != "" {
+			*b.bin = b.prebuilt
+			if _, err := os.Stat(b.prebuilt); err != nil {
+				*b.err = fmt.Errorf("%s: %w", b.flag, err)
+			}
+			continue
 		}
-	} else {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			env.providerBin, env.providerErr = goBuild(dir, "provider", "./tests/cmd/provider")
-		}()
-	}
-	if *agentFlag != "" {
-		env.agentBin = *agentFlag
-		if _, err := os.Stat(env.agentBin); err != nil {
-			env.agentErr = fmt.Errorf("-agent: %w", err)
-		}
-	} else {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			env.agentBin, env.agentErr = goBuild(dir, "vpn-agent", "./agent/cmd/vpn-agent")
+			*b.bin, *b.err = goBuild(dir, b.name, b.pkg)
 		}()
 	}
 	if *hooksFlag != "" {
@@ -257,7 +254,7 @@ func requireHooks(t *testing.T) {
 }
 
 // newTopo builds a topology with the provider running.
-func newTopo(t *testing.T) *topo.Topo {
+func newTopo(t *testing.T) *harness.Topo {
 	t.Helper()
-	return topo.New(t, topo.Options{ProviderBin: env.providerBin})
+	return harness.New(t, harness.Options{ProviderBin: env.providerBin})
 }

@@ -16,11 +16,11 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
 // TestLeakMatrix is the kill-switch proof: every probe (rows) in every
@@ -193,8 +193,8 @@ func negTCP(id string, dst netip.AddrPort, f from, srv string) *mrow {
 
 func negUDP(id string, dst netip.AddrPort, f from, srv string) *mrow {
 	return &mrow{id: id, kind: kNeg,
-		run:   func(s *site) probe.Result { return probe.UDPEcho(s.name, dst, marker("udp")) },
-		ctl:   func(s *site) probe.Result { return probe.UDPEcho(f.ns(s), dst, marker("udp")) },
+		run:   func(s *site) probe.Result { return probe.UDPEcho(s.name, dst, harness.Marker("udp")) },
+		ctl:   func(s *site) probe.Result { return probe.UDPEcho(f.ns(s), dst, harness.Marker("udp")) },
 		proof: proofCapture | proofLog, sig: l4Sig(observe.ProtoUDP, dst), hit: logHit(srv, "udp", dst)}
 }
 
@@ -220,7 +220,7 @@ func negDNS(id string, server netip.AddrPort, network string, f from, srv string
 
 func negSend(id string, dst netip.AddrPort, tag int) *mrow {
 	prefix := fmt.Sprintf("vpnc-mx-%02d-", tag)
-	m := func() []byte { return append([]byte(prefix), marker("send")...) }
+	m := func() []byte { return append([]byte(prefix), harness.Marker("send")...) }
 	return &mrow{id: id, kind: kNeg, send: true,
 		run:   func(s *site) probe.Result { return probe.UDPSend(s.name, dst, m()) },
 		ctl:   func(s *site) probe.Result { return probe.UDPSend(s.tp.Host, dst, m()) },
@@ -253,68 +253,74 @@ func tcpInvolving(a netip.Addr, peers ...netip.AddrPort) observe.Match {
 // matrixRows is the probe list. Order matters where signatures overlap:
 // the first matching row owns a packet, so specific rows come first.
 func matrixRows() []*mrow {
-	echo := topo.EchoPort
-	hostUp, hostUp6 := topo.HostUplink4, topo.HostUplink6
+	echo := testbed.EchoPort
+	hostUp, hostUp6 := testbed.HostUplink4, testbed.HostUplink6
 	rows := []*mrow{
 		// Through the tunnel: positive while healthy, never in clear.
 		tunnelRow("tunnel tcp 198.19.66.1:7", kTunnel,
-			func(ns string) probe.Result { return probe.TCPEcho(ns, ap(topo.ProvTunnel4, echo), marker("t")) },
-			l4Sig(observe.ProtoTCP, ap(topo.ProvTunnel4, echo))),
+			func(ns string) probe.Result {
+				return probe.TCPEcho(ns, harness.AP(testbed.ProvTunnel4, echo), harness.Marker("t"))
+			},
+			l4Sig(observe.ProtoTCP, harness.AP(testbed.ProvTunnel4, echo))),
 		tunnelRow("tunnel udp 198.19.66.1:7", kTunnel,
-			func(ns string) probe.Result { return probe.UDPEcho(ns, ap(topo.ProvTunnel4, echo), marker("t")) },
-			l4Sig(observe.ProtoUDP, ap(topo.ProvTunnel4, echo))),
+			func(ns string) probe.Result {
+				return probe.UDPEcho(ns, harness.AP(testbed.ProvTunnel4, echo), harness.Marker("t"))
+			},
+			l4Sig(observe.ProtoUDP, harness.AP(testbed.ProvTunnel4, echo))),
 		tunnelRow("tunnel icmp 198.19.66.1", kTunnel,
-			func(ns string) probe.Result { return probe.Ping(ns, topo.ProvTunnel4) }, pingSig(topo.ProvTunnel4)),
+			func(ns string) probe.Result { return probe.Ping(ns, testbed.ProvTunnel4) }, pingSig(testbed.ProvTunnel4)),
 		tunnelRow("tunnel tcp [fd66::1]:7", kTunnel6,
-			func(ns string) probe.Result { return probe.TCPEcho(ns, ap(topo.ProvTunnel6, echo), marker("t")) },
-			l4Sig(observe.ProtoTCP, ap(topo.ProvTunnel6, echo))),
+			func(ns string) probe.Result {
+				return probe.TCPEcho(ns, harness.AP(testbed.ProvTunnel6, echo), harness.Marker("t"))
+			},
+			l4Sig(observe.ProtoTCP, harness.AP(testbed.ProvTunnel6, echo))),
 		tunnelRow("tunnel icmp6 fd66::1", kTunnel6,
-			func(ns string) probe.Result { return probe.Ping(ns, topo.ProvTunnel6) }, pingSig(topo.ProvTunnel6)),
+			func(ns string) probe.Result { return probe.Ping(ns, testbed.ProvTunnel6) }, pingSig(testbed.ProvTunnel6)),
 		tunnelRow("dns/udp resolver 198.19.66.1:53", kResolver,
 			func(ns string) probe.Result {
-				return probe.DNS(ns, ap(topo.ProvTunnel4, 53), "udp", topo.TargetName, dnsmessage.TypeA)
+				return probe.DNS(ns, harness.AP(testbed.ProvTunnel4, 53), "udp", testbed.TargetName, dnsmessage.TypeA)
 			},
-			l4Sig(observe.ProtoUDP, ap(topo.ProvTunnel4, 53))),
+			l4Sig(observe.ProtoUDP, harness.AP(testbed.ProvTunnel4, 53))),
 		tunnelRow("dns/tcp resolver 198.19.66.1:53", kResolver,
 			func(ns string) probe.Result {
-				return probe.DNS(ns, ap(topo.ProvTunnel4, 53), "tcp", topo.TargetName, dnsmessage.TypeA)
+				return probe.DNS(ns, harness.AP(testbed.ProvTunnel4, 53), "tcp", testbed.TargetName, dnsmessage.TypeA)
 			},
-			l4Sig(observe.ProtoTCP, ap(topo.ProvTunnel4, 53))),
+			l4Sig(observe.ProtoTCP, harness.AP(testbed.ProvTunnel4, 53))),
 		{
 			id: "getent hosts (vpn-agent exec)", kind: kGetent,
 			run:   func(s *site) probe.Result { return s.getent(true, 4*time.Second) },
 			ctl:   func(s *site) probe.Result { return s.getent(false, 4*time.Second) },
 			proof: proofLog,
 			hit: func(srv string, e provider.Event) bool {
-				return srv != srvProv && srv != srvNS && e.Kind == provider.EvDNS && strings.EqualFold(e.Name, topo.TargetName+".")
+				return srv != srvProv && srv != srvNS && e.Kind == provider.EvDNS && strings.EqualFold(e.Name, testbed.TargetName+".")
 			},
 		},
 
 		// The internet.
-		negTCP("tcp 203.0.113.10:80", ap(topo.DecoyTarget4, 80), fromHost, srvDecoy),
-		negTCP("tcp [2001:db8::10]:443", ap(topo.DecoyTarget6, 443), fromHost, srvDecoy),
-		negUDP("udp 203.0.113.10:7", ap(topo.DecoyTarget4, echo), fromHost, srvDecoy),
-		negUDP("udp [2001:db8::10]:7", ap(topo.DecoyTarget6, echo), fromHost, srvDecoy),
-		negPing("icmp 203.0.113.10", topo.DecoyTarget4, fromHost),
-		negPing("icmp6 2001:db8::10", topo.DecoyTarget6, fromHost),
+		negTCP("tcp 203.0.113.10:80", harness.AP(testbed.DecoyTarget4, 80), fromHost, srvDecoy),
+		negTCP("tcp [2001:db8::10]:443", harness.AP(testbed.DecoyTarget6, 443), fromHost, srvDecoy),
+		negUDP("udp 203.0.113.10:7", harness.AP(testbed.DecoyTarget4, echo), fromHost, srvDecoy),
+		negUDP("udp [2001:db8::10]:7", harness.AP(testbed.DecoyTarget6, echo), fromHost, srvDecoy),
+		negPing("icmp 203.0.113.10", testbed.DecoyTarget4, fromHost),
+		negPing("icmp6 2001:db8::10", testbed.DecoyTarget6, fromHost),
 
 		// DNS to a decoy resolver, every DNS port, both transports.
-		negDNS("dns/udp 203.0.113.53:53", ap(topo.DecoyDNS4, 53), "udp", fromHost, srvDecoy),
-		negDNS("dns/tcp 203.0.113.53:53", ap(topo.DecoyDNS4, 53), "tcp", fromHost, srvDecoy),
-		negDNS("dns/udp [2001:db8::53]:53", ap(topo.DecoyDNS6, 53), "udp", fromHost, srvDecoy),
-		negDNS("dns/tcp [2001:db8::53]:53", ap(topo.DecoyDNS6, 53), "tcp", fromHost, srvDecoy),
-		negDNS("dns/udp 203.0.113.53:853", ap(topo.DecoyDNS4, 853), "udp", fromHost, srvDecoy),
-		negDNS("dns/tcp 203.0.113.53:853", ap(topo.DecoyDNS4, 853), "tcp", fromHost, srvDecoy),
-		negDNS("dns/udp 203.0.113.53:5353", ap(topo.DecoyDNS4, 5353), "udp", fromHost, srvDecoy),
-		negDNS("dns/tcp 203.0.113.53:5353", ap(topo.DecoyDNS4, 5353), "tcp", fromHost, srvDecoy),
-		negDNS("dns/udp 203.0.113.53:5355", ap(topo.DecoyDNS4, 5355), "udp", fromHost, srvDecoy),
-		negDNS("dns/tcp 203.0.113.53:5355", ap(topo.DecoyDNS4, 5355), "tcp", fromHost, srvDecoy),
+		negDNS("dns/udp 203.0.113.53:53", harness.AP(testbed.DecoyDNS4, 53), "udp", fromHost, srvDecoy),
+		negDNS("dns/tcp 203.0.113.53:53", harness.AP(testbed.DecoyDNS4, 53), "tcp", fromHost, srvDecoy),
+		negDNS("dns/udp [2001:db8::53]:53", harness.AP(testbed.DecoyDNS6, 53), "udp", fromHost, srvDecoy),
+		negDNS("dns/tcp [2001:db8::53]:53", harness.AP(testbed.DecoyDNS6, 53), "tcp", fromHost, srvDecoy),
+		negDNS("dns/udp 203.0.113.53:853", harness.AP(testbed.DecoyDNS4, 853), "udp", fromHost, srvDecoy),
+		negDNS("dns/tcp 203.0.113.53:853", harness.AP(testbed.DecoyDNS4, 853), "tcp", fromHost, srvDecoy),
+		negDNS("dns/udp 203.0.113.53:5353", harness.AP(testbed.DecoyDNS4, 5353), "udp", fromHost, srvDecoy),
+		negDNS("dns/tcp 203.0.113.53:5353", harness.AP(testbed.DecoyDNS4, 5353), "tcp", fromHost, srvDecoy),
+		negDNS("dns/udp 203.0.113.53:5355", harness.AP(testbed.DecoyDNS4, 5355), "udp", fromHost, srvDecoy),
+		negDNS("dns/tcp 203.0.113.53:5355", harness.AP(testbed.DecoyDNS4, 5355), "tcp", fromHost, srvDecoy),
 
 		// DNS to the host's resolver (on every host address).
-		negDNS("dns/udp host 198.19.0.1:53", ap(hostLinkHost, 53), "udp", fromLAN, srvHost),
-		negDNS("dns/tcp host 198.19.0.1:53", ap(hostLinkHost, 53), "tcp", fromLAN, srvHost),
-		negDNS("dns/udp host 198.18.1.2:53", ap(hostUp, 53), "udp", fromLAN, srvHost),
-		negDNS("dns/udp host [fd00:1::2]:53", ap(hostUp6, 53), "udp", fromLAN, srvHost),
+		negDNS("dns/udp host 198.19.0.1:53", harness.AP(hostLinkHost, 53), "udp", fromLAN, srvHost),
+		negDNS("dns/tcp host 198.19.0.1:53", harness.AP(hostLinkHost, 53), "tcp", fromLAN, srvHost),
+		negDNS("dns/udp host 198.18.1.2:53", harness.AP(hostUp, 53), "udp", fromLAN, srvHost),
+		negDNS("dns/udp host [fd00:1::2]:53", harness.AP(hostUp6, 53), "udp", fromLAN, srvHost),
 
 		// Multicast and broadcast (fire and forget: the captures judge).
 		negSend("mdns 224.0.0.251:5353", netip.MustParseAddrPort("224.0.0.251:5353"), 1),
@@ -325,10 +331,10 @@ func matrixRows() []*mrow {
 		negSend("bcast host link 198.19.0.3:9", netip.MustParseAddrPort("198.19.0.3:9"), 6),
 
 		// The host's own addresses.
-		negTCP("tcp host 198.19.0.1:22", ap(hostLinkHost, 22), fromLAN, srvHost),
-		negUDP("udp host 198.19.0.1:7", ap(hostLinkHost, echo), fromLAN, srvHost),
+		negTCP("tcp host 198.19.0.1:22", harness.AP(hostLinkHost, 22), fromLAN, srvHost),
+		negUDP("udp host 198.19.0.1:7", harness.AP(hostLinkHost, echo), fromLAN, srvHost),
 		negPing("icmp host 198.19.0.1", hostLinkHost, fromLAN),
-		negTCP("tcp host 198.18.1.2:22", ap(hostUp, 22), fromLAN, srvHost),
+		negTCP("tcp host 198.18.1.2:22", harness.AP(hostUp, 22), fromLAN, srvHost),
 		negPing("icmp host 198.18.1.2", hostUp, fromLAN),
 
 		// The LAN (the namespace has a route there: 198.18.3.2 is in
@@ -337,34 +343,34 @@ func matrixRows() []*mrow {
 		{
 			id: "tcp lan 198.18.3.2:7 from ns :80", kind: kNeg,
 			run: func(s *site) probe.Result {
-				return probe.TCPFrom(s.name, ap(hostLinkNS, mappedNSPort), ap(topo.LANHost4, echo))
+				return probe.TCPFrom(s.name, harness.AP(hostLinkNS, mappedNSPort), harness.AP(testbed.LANHost4, echo))
 			},
 			ctl: func(s *site) probe.Result {
-				return probe.TCPFrom(s.tp.Host, ap(topo.HostLAN4, mappedNSPort), ap(topo.LANHost4, echo))
+				return probe.TCPFrom(s.tp.Host, harness.AP(testbed.HostLAN4, mappedNSPort), harness.AP(testbed.LANHost4, echo))
 			},
 			proof: proofCapture | proofLog,
 			sig: func(p observe.Packet) bool {
-				return p.Proto == observe.ProtoTCP && ((p.SrcPort == mappedNSPort && p.Dst == topo.LANHost4 && p.DstPort == uint16(echo)) ||
-					(p.DstPort == mappedNSPort && p.Src == topo.LANHost4 && p.SrcPort == uint16(echo)))
+				return p.Proto == observe.ProtoTCP && ((p.SrcPort == mappedNSPort && p.Dst == testbed.LANHost4 && p.DstPort == uint16(echo)) ||
+					(p.DstPort == mappedNSPort && p.Src == testbed.LANHost4 && p.SrcPort == uint16(echo)))
 			},
 			hit: func(srv string, e provider.Event) bool {
-				return srv == srvLAN && e.Net == "tcp" && eventAP(e.Dst) == ap(topo.LANHost4, echo) && eventAP(e.Src).Port() == mappedNSPort
+				return srv == srvLAN && e.Net == "tcp" && eventAP(e.Dst) == harness.AP(testbed.LANHost4, echo) && eventAP(e.Src).Port() == mappedNSPort
 			},
 		},
-		negTCP("tcp lan 198.18.3.2:22", ap(topo.LANHost4, 22), fromHost, srvLAN),
-		negUDP("udp lan 198.18.3.2:7", ap(topo.LANHost4, echo), fromHost, srvLAN),
-		negPing("icmp lan 198.18.3.2", topo.LANHost4, fromHost),
+		negTCP("tcp lan 198.18.3.2:22", harness.AP(testbed.LANHost4, 22), fromHost, srvLAN),
+		negUDP("udp lan 198.18.3.2:7", harness.AP(testbed.LANHost4, echo), fromHost, srvLAN),
+		negPing("icmp lan 198.18.3.2", testbed.LANHost4, fromHost),
 
 		// Inbound over the host link.
 		{
 			id: "in: lan .2 routed to ns:80", kind: kInboundNeg,
 			run: func(s *site) probe.Result {
-				return probe.TCPFrom(s.tp.LAN, ap(lanAllowed, directSrcPort), ap(hostLinkNS, mappedNSPort))
+				return probe.TCPFrom(s.tp.LAN, harness.AP(lanAllowed, directSrcPort), harness.AP(hostLinkNS, mappedNSPort))
 			},
 			// The namespace's service answers the host itself: only the
 			// host's forwarding stops the LAN.
 			ctl: func(s *site) probe.Result {
-				return probe.TCPFrom(s.tp.Host, ap(hostLinkHost, directSrcPort), ap(hostLinkNS, mappedNSPort))
+				return probe.TCPFrom(s.tp.Host, harness.AP(hostLinkHost, directSrcPort), harness.AP(hostLinkNS, mappedNSPort))
 			},
 			proof: proofCapture | proofLog,
 			// By its source port, or, masqueraded on the uplink (where the
@@ -373,7 +379,7 @@ func matrixRows() []*mrow {
 			// own address is never a destination on the uplink.
 			sig: func(p observe.Packet) bool {
 				return p.Proto == observe.ProtoTCP && (p.SrcPort == directSrcPort || p.DstPort == directSrcPort ||
-					(p.Src == topo.HostUplink4 && p.Dst == hostLinkNS && p.DstPort == mappedNSPort))
+					(p.Src == testbed.HostUplink4 && p.Dst == hostLinkNS && p.DstPort == mappedNSPort))
 			},
 			// The LAN's own packet: wherever the host routes it, it is not
 			// the namespace's; it must only never reach the namespace.
@@ -385,31 +391,33 @@ func matrixRows() []*mrow {
 		{
 			id: "in: lan .3 to :8080 (denied)", kind: kInboundNeg,
 			run: func(s *site) probe.Result {
-				return probe.TCPFrom(s.tp.LAN, ap(lanDenied, 0), ap(topo.HostLAN4, mappedHostPort))
+				return probe.TCPFrom(s.tp.LAN, harness.AP(lanDenied, 0), harness.AP(testbed.HostLAN4, mappedHostPort))
 			},
 			ctl:   inboundAllowed,
 			proof: 0, // the control is the allowed source echoing through the published port
 			sig:   tcpInvolving(lanDenied),
 			okOn:  []link{onLAN},
-			hit:   func(srv string, e provider.Event) bool { return srv == srvNS && hostOf(e.Src) == lanDenied },
+			hit:   func(srv string, e provider.Event) bool { return srv == srvNS && harness.HostOf(e.Src) == lanDenied },
 		},
 		{
 			id: "in: inet to :8080 (denied)", kind: kInboundNeg,
-			run:   func(s *site) probe.Result { return probe.TCP(s.tp.Inet, ap(hostUp, mappedHostPort)) },
+			run:   func(s *site) probe.Result { return probe.TCP(s.tp.Inet, harness.AP(hostUp, mappedHostPort)) },
 			ctl:   inboundAllowed,
 			proof: 0, // the control is the allowed source echoing through the published port
-			sig:   tcpInvolving(topo.InetHostSide4, ap(hostUp, mappedHostPort), ap(hostLinkNS, mappedNSPort)),
+			sig:   tcpInvolving(testbed.InetHostSide4, harness.AP(hostUp, mappedHostPort), harness.AP(hostLinkNS, mappedNSPort)),
 			okOn:  []link{onUplink},
-			hit:   func(srv string, e provider.Event) bool { return srv == srvNS && hostOf(e.Src) == topo.InetHostSide4 },
+			hit: func(srv string, e provider.Event) bool {
+				return srv == srvNS && harness.HostOf(e.Src) == testbed.InetHostSide4
+			},
 		},
 		{
 			id: "in: lan .2 to :8080 (allowed)", kind: kInbound,
 			run:   inboundAllowed,
 			ctl:   inboundAllowed,
 			proof: proofCapture | proofLog,
-			sig:   tcpInvolving(lanAllowed, ap(topo.HostLAN4, mappedHostPort), ap(hostLinkNS, mappedNSPort)),
+			sig:   tcpInvolving(lanAllowed, harness.AP(testbed.HostLAN4, mappedHostPort), harness.AP(hostLinkNS, mappedNSPort)),
 			okOn:  []link{onLAN, onVeth},
-			hit:   func(srv string, e provider.Event) bool { return srv == srvNS && hostOf(e.Src) == lanAllowed },
+			hit:   func(srv string, e provider.Event) bool { return srv == srvNS && harness.HostOf(e.Src) == lanAllowed },
 			hitOK: true,
 		},
 	}
@@ -419,7 +427,7 @@ func matrixRows() []*mrow {
 // inboundAllowed connects from the allowed LAN source to the published
 // port and expects the namespace's service to echo.
 func inboundAllowed(s *site) probe.Result {
-	return probe.TCPEcho(s.tp.LAN, ap(topo.HostLAN4, mappedHostPort), marker("inbound"))
+	return probe.TCPEcho(s.tp.LAN, harness.AP(testbed.HostLAN4, mappedHostPort), harness.Marker("inbound"))
 }
 
 // ---- the matrix ----------------------------------------------------------
@@ -602,7 +610,7 @@ func (mx *matrix) runMain(t *testing.T) {
 					return
 				case <-time.After(20 * time.Millisecond):
 				}
-				if _, err := nsutil.Output(s.name, "ip", "link", "del", names.Tunnel(s.name)); err == nil {
+				if _, err := harness.Output(s.name, "ip", "link", "del", names.Tunnel(s.name)); err == nil {
 					n++
 				}
 			}
@@ -637,7 +645,7 @@ func (mx *matrix) runMain(t *testing.T) {
 	}
 	mx.state(s, sp, func(w *window) {
 		s.daemon().Kill()
-		if !nsutil.Mounted(s.name) || !okIn(s.name, "nft", "list", "table", "inet", names.Table) {
+		if !harness.Mounted(s.name) || !okIn(s.name, "nft", "list", "table", "inet", names.Table) {
 			w.fail("after SIGKILL the namespace or its kill switch is gone; it must stay (fail closed)")
 		}
 		w.round(mx.rows)
@@ -739,7 +747,7 @@ func (mx *matrix) runBlock(t *testing.T) {
 		w.round(mx.rows)
 	}, func(w *window, ev *evidence) {
 		for _, e := range ev.hits[srvProv] {
-			if a := hostOf(e.Src); a.Is6() && !a.Is4In6() {
+			if a := harness.HostOf(e.Src); a.Is6() && !a.Is4In6() {
 				w.fail("IPv6 is blocked but the provider saw %v", e)
 			}
 		}
@@ -845,7 +853,7 @@ func (mx *matrix) state(s *site, sp stateSpec, act func(w *window), after ...fun
 	// machine) before a miss counts.
 	for _, r := range mx.rows {
 		if wantOf(r) == wantReach && !slices.ContainsFunc(w.results[r.id], func(x probe.Result) bool { return goodPositive(s, r, x) }) {
-			x := eventually(4*time.Second, func() probe.Result {
+			x := harness.Eventually(4*time.Second, func() probe.Result {
 				x := r.run(s)
 				if x.Reached() && !goodPositive(s, r, x) {
 					x.Outcome = probe.Failed
@@ -926,13 +934,13 @@ func goodPositive(s *site, r *mrow, x probe.Result) bool {
 	}
 	switch r.kind {
 	case kResolver:
-		return slices.Equal(x.Addrs, []netip.Addr{topo.ProvTunnel4})
+		return slices.Equal(x.Addrs, []netip.Addr{testbed.ProvTunnel4})
 	case kGetent:
 		if len(x.Addrs) == 0 {
 			return false
 		}
 		for _, a := range x.Addrs {
-			if a != topo.ProvTunnel4 && a != topo.ProvTunnel6 {
+			if a != testbed.ProvTunnel4 && a != testbed.ProvTunnel6 {
 				return false
 			}
 		}
@@ -1007,7 +1015,7 @@ func (mx *matrix) policyDeleted(s *site, w *window) {
 // hostCounters reads the packet counts of the host table's named counters.
 func hostCounters(s *site) map[string]uint64 {
 	out := map[string]uint64{}
-	b, err := nsutil.Output(s.tp.Host, "nft", "-j", "list", "counters", "table", "inet", names.HostTable(s.name))
+	b, err := harness.Output(s.tp.Host, "nft", "-j", "list", "counters", "table", "inet", names.HostTable(s.name))
 	if err != nil {
 		s.t.Errorf("host table counters: %v", err)
 		return out
@@ -1035,15 +1043,15 @@ func hostCounters(s *site) map[string]uint64 {
 // published port and checks the namespace's service echoes on it.
 func holdInbound(s *site) (net.Conn, error) {
 	var c net.Conn
-	err := nsutil.Do(s.tp.LAN, func() error {
+	err := testbed.Do(s.tp.LAN, func() error {
 		var err error
-		c, err = net.DialTimeout("tcp", ap(topo.HostLAN4, mappedHostPort).String(), 2*time.Second)
+		c, err = net.DialTimeout("tcp", harness.AP(testbed.HostLAN4, mappedHostPort).String(), 2*time.Second)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	m := marker("held")
+	m := harness.Marker("held")
 	c.SetDeadline(time.Now().Add(2 * time.Second))
 	buf := make([]byte, len(m))
 	if _, err := c.Write(m); err != nil {

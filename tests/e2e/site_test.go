@@ -13,12 +13,12 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
 // The leak matrix and the fault suite share one kind of test site: a
@@ -40,10 +40,10 @@ import (
 // Every decoy logs every hit; every capture gets positive controls.
 
 var (
-	lanAllowed      = topo.LANHost4                                // in accessibleFrom
+	lanAllowed      = testbed.LANHost4                             // in accessibleFrom
 	lanDenied       = netip.MustParseAddr("198.18.3.3")            // a LAN address that is not
-	hostLinkHost    = topo.HostLinkHost.Addr()                     // 198.19.0.1, the host's end of the veth
-	hostLinkNS      = topo.HostLinkNS.Addr()                       // 198.19.0.2, the namespace's end
+	hostLinkHost    = testbed.HostLinkHost.Addr()                  // 198.19.0.1, the host's end of the veth
+	hostLinkNS      = testbed.HostLinkNS.Addr()                    // 198.19.0.2, the namespace's end
 	hostDecoyAnswer = netip.MustParseAddr("203.0.113.77")          // what the host's resolver answers
 	deadEndpoint    = netip.MustParseAddrPort("198.18.2.99:51820") // on the provider's subnet, nobody there
 )
@@ -58,9 +58,9 @@ const (
 // the simulated host's resolver files.
 type site struct {
 	t        *testing.T
-	tp       *topo.Topo
+	tp       *harness.Topo
 	ag       agentproc.Agent
-	opts     topo.AgentOptions
+	opts     harness.AgentOptions
 	path     string // agent config
 	name     string // confined namespace
 	endpoint netip.AddrPort
@@ -68,7 +68,7 @@ type site struct {
 	oldEndpoints []netip.AddrPort
 	ipv6         bool // IPv6 is tunnelled (else blocked)
 
-	hostDecoy, lanDecoy, nsServer *topo.Process
+	hostDecoy, lanDecoy, nsServer *harness.Process
 	hostResolv, hostNSS           string
 
 	mu      sync.Mutex
@@ -85,8 +85,8 @@ func newSite(t *testing.T, o siteOptions) *site {
 	requireAgent(t)
 	tp := newTopo(t)
 	s := &site{t: t, tp: tp, ag: agentproc.Agent{Bin: env.agentBin, HostNS: tp.Host},
-		endpoint: netip.AddrPortFrom(topo.Endpoint4, topo.WGPort), ipv6: o.ipv6 != "block"}
-	s.opts = topo.AgentOptions{
+		endpoint: netip.AddrPortFrom(testbed.Endpoint4, testbed.WGPort), ipv6: o.ipv6 != "block"}
+	s.opts = harness.AgentOptions{
 		Backend: e2eBackend(), IPv6: o.ipv6, HostLink: true,
 		PortMappings: map[int]int{mappedHostPort: mappedNSPort},
 		Edit: func(c *config.Config) {
@@ -100,12 +100,12 @@ func newSite(t *testing.T, o siteOptions) *site {
 
 	// The LAN host gets a second, not allowed, address and a route to the
 	// host link's subnet (to try the namespace directly, not via DNAT).
-	tp.Exec(t, tp.LAN, "ip", "addr", "add", netip.PrefixFrom(lanDenied, 24).String(), "dev", topo.LANIf)
-	tp.Exec(t, tp.LAN, "ip", "route", "add", topo.HostLinkHost.Masked().String(), "via", topo.HostLAN4.String())
+	tp.Exec(t, tp.LAN, "ip", "addr", "add", netip.PrefixFrom(lanDenied, 24).String(), "dev", testbed.LANIf)
+	tp.Exec(t, tp.LAN, "ip", "route", "add", testbed.HostLinkHost.Masked().String(), "via", testbed.HostLAN4.String())
 
 	s.hostDecoy = tp.StartProcess(t, "hostdecoy", tp.Host, env.providerBin, &provider.Config{
 		DNS: []string{"[::]:53"}, TCPEcho: []string{"[::]:22"}, UDPEcho: []string{"[::]:7"},
-		Zone: map[string][]string{topo.TargetName: {hostDecoyAnswer.String()}},
+		Zone: map[string][]string{testbed.TargetName: {hostDecoyAnswer.String()}},
 	})
 	s.lanDecoy = tp.StartProcess(t, "landecoy", tp.LAN, env.providerBin, &provider.Config{
 		TCPEcho: []string{"[::]:22", "[::]:7"}, UDPEcho: []string{"[::]:7"},
@@ -119,7 +119,7 @@ func newSite(t *testing.T, o siteOptions) *site {
 	s.hostResolv = filepath.Join(tp.Dir, "host-resolv.conf")
 	s.hostNSS = filepath.Join(tp.Dir, "host-nsswitch.conf")
 	resolv := fmt.Sprintf("# the simulated host's resolvers: its own and one on the internet\nnameserver %s\nnameserver %s\noptions timeout:1 attempts:1\n",
-		hostLinkHost, topo.DecoyDNS4)
+		hostLinkHost, testbed.DecoyDNS4)
 	nss := "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"
 	if err := os.WriteFile(s.hostResolv, []byte(resolv), 0o644); err != nil {
 		t.Fatal(err)
@@ -132,13 +132,13 @@ func newSite(t *testing.T, o siteOptions) *site {
 
 // expectBackend is the backend the agent will resolve want to here:
 // "auto" picks the kernel when it can create a WireGuard link.
-func expectBackend(t *testing.T, tp *topo.Topo, want string) string {
+func expectBackend(t *testing.T, tp *harness.Topo, want string) string {
 	switch want {
 	case string(config.BackendUserspace), string(config.BackendKernel):
 		return want
 	}
-	if _, err := nsutil.Output(tp.Host, "ip", "link", "add", "wgprobe0", "type", "wireguard"); err == nil {
-		nsutil.Output(tp.Host, "ip", "link", "del", "wgprobe0")
+	if _, err := harness.Output(tp.Host, "ip", "link", "add", "wgprobe0", "type", "wireguard"); err == nil {
+		harness.Output(tp.Host, "ip", "link", "del", "wgprobe0")
 		return string(config.BackendKernel)
 	}
 	return string(config.BackendUserspace)
@@ -190,8 +190,8 @@ func (s *site) daemon() *agentproc.Daemon {
 // /run/netns/NAME was re-created).
 func (s *site) serve(t *testing.T) {
 	t.Helper()
-	if s.nsServer.Running() && eventually(time.Second, func() probe.Result {
-		return probe.TCP(s.tp.Host, ap(hostLinkNS, mappedNSPort))
+	if s.nsServer.Running() && harness.Eventually(time.Second, func() probe.Result {
+		return probe.TCP(s.tp.Host, harness.AP(hostLinkNS, mappedNSPort))
 	}).Reached() {
 		return
 	}
@@ -204,8 +204,8 @@ func (s *site) serve(t *testing.T) {
 // tunnel probes the provider's echo through the tunnel until it answers or
 // within passes.
 func (s *site) tunnel(within time.Duration) probe.Result {
-	return eventually(within, func() probe.Result {
-		return probe.TCPEcho(s.name, ap(topo.ProvTunnel4, topo.EchoPort), marker("tunnel"))
+	return harness.Eventually(within, func() probe.Result {
+		return probe.TCPEcho(s.name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), harness.Marker("tunnel"))
 	})
 }
 
@@ -232,7 +232,7 @@ func (s *site) getent(confined bool, timeout time.Duration) probe.Result {
 	if confined {
 		argv = append(argv, env.agentBin, "exec", s.name, "--")
 	}
-	argv = append(argv, "getent", "hosts", topo.TargetName)
+	argv = append(argv, "getent", "hosts", testbed.TargetName)
 	r := probe.CommandWithin(s.tp.Host, timeout, argv...)
 	for _, line := range strings.Split(r.Answer, "\n") {
 		if f := strings.Fields(line); len(f) > 0 {
@@ -242,16 +242,16 @@ func (s *site) getent(confined bool, timeout time.Duration) probe.Result {
 		}
 	}
 	if confined {
-		r.Probe = "getent hosts " + topo.TargetName + " via vpn-agent exec " + s.name
+		r.Probe = "getent hosts " + testbed.TargetName + " via vpn-agent exec " + s.name
 	} else {
-		r.Probe = "getent hosts " + topo.TargetName + " on the host"
+		r.Probe = "getent hosts " + testbed.TargetName + " on the host"
 	}
 	return r
 }
 
 // servers returns the processes whose logs the leak checks read.
-func (s *site) servers() map[string]*topo.Process {
-	return map[string]*topo.Process{
+func (s *site) servers() map[string]*harness.Process {
+	return map[string]*harness.Process{
 		srvDecoy: s.tp.Decoy, srvHost: s.hostDecoy, srvLAN: s.lanDecoy, srvProv: s.tp.Provider, srvNS: s.nsServer,
 	}
 }
@@ -324,26 +324,26 @@ func (s *site) open(t *testing.T, what string) *window {
 		from string
 		dst  netip.AddrPort
 	}{
-		{srvDecoy, tp.LAN, ap(topo.DecoyTarget4, topo.EchoPort)},
-		{srvHost, tp.LAN, ap(topo.HostLAN4, topo.EchoPort)},
-		{srvLAN, tp.Host, ap(topo.LANHost4, topo.EchoPort)},
+		{srvDecoy, tp.LAN, harness.AP(testbed.DecoyTarget4, testbed.EchoPort)},
+		{srvHost, tp.LAN, harness.AP(testbed.HostLAN4, testbed.EchoPort)},
+		{srvLAN, tp.Host, harness.AP(testbed.LANHost4, testbed.EchoPort)},
 	} {
 		p := s.servers()[c.srv]
 		before := p.Mark()
-		m := marker("log-control")
-		r := eventually(2*time.Second, func() probe.Result { return probe.UDPEcho(c.from, c.dst, m) })
-		ev := hits(t, p, before)
+		m := harness.Marker("log-control")
+		r := harness.Eventually(2*time.Second, func() probe.Result { return probe.UDPEcho(c.from, c.dst, m) })
+		ev := harness.Hits(t, p, before)
 		if r.Reached() && slices.ContainsFunc(ev, func(e provider.Event) bool { return e.Kind == provider.EvUDP && e.Len == len(m) }) {
 			w.controls++
 		} else {
-			w.fail("positive control: the %s log did not record a datagram from an unconfined namespace (%v):\n%s", c.srv, r, dumpEvents(ev))
+			w.fail("positive control: the %s log did not record a datagram from an unconfined namespace (%v):\n%s", c.srv, r, harness.DumpEvents(ev))
 		}
 	}
 	for name, p := range s.servers() {
 		w.marks[name] = p.Mark()
 	}
-	w.obs[onUplink] = observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
-	w.obs[onLAN] = observe.Start(t, tp.Host, topo.HostLANIf, nil)
+	w.obs[onUplink] = observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
+	w.obs[onLAN] = observe.Start(t, tp.Host, testbed.HostLANIf, nil)
 	if s.vethUp() {
 		w.obs[onVeth] = observe.Start(t, tp.Host, names.HostVeth(s.name), nil)
 	}
@@ -369,17 +369,17 @@ func (w *window) control(l link) {
 		return
 	}
 	dst := map[link]netip.AddrPort{
-		onUplink: ap(topo.DecoyTarget4, topo.ControlPort),
-		onLAN:    ap(topo.LANHost4, topo.ControlPort),
-		onVeth:   ap(hostLinkNS, topo.ControlPort),
+		onUplink: harness.AP(testbed.DecoyTarget4, testbed.ControlPort),
+		onLAN:    harness.AP(testbed.LANHost4, testbed.ControlPort),
+		onVeth:   harness.AP(hostLinkNS, testbed.ControlPort),
 	}[l]
-	m := marker("control")
+	m := harness.Marker("control")
 	w.ctl = append(w.ctl, m)
 	if r := probe.UDPSend(w.s.tp.Host, dst, m); r.Outcome != probe.Sent {
 		w.fail("positive control on %s: %v", l, r)
 		return
 	}
-	if o.WaitFor(observe.Payload(m), 2*time.Second) {
+	if o.WaitFor(observe.Payload(m), observe.ControlWait) {
 		w.controls++
 		return
 	}
@@ -404,7 +404,7 @@ func (w *window) reopenVeth() {
 // vethUp reports whether the host end of the host link exists and has
 // carrier (a capture on it can see something).
 func (s *site) vethUp() bool {
-	out, err := nsutil.Output(s.tp.Host, "ip", "-o", "link", "show", "dev", names.HostVeth(s.name))
+	out, err := harness.Output(s.tp.Host, "ip", "-o", "link", "show", "dev", names.HostVeth(s.name))
 	return err == nil && strings.Contains(string(out), "LOWER_UP")
 }
 
@@ -513,14 +513,14 @@ func (w *window) close(rows []*mrow, o closeOptions) *evidence {
 		}
 	}
 	for name, p := range w.s.servers() {
-		hs := hits(w.t, p, w.marks[name])
+		hs := harness.Hits(w.t, p, w.marks[name])
 		ev.hits[name] = hs
 		for _, e := range hs {
 			r := rowForHit(rows, name, e)
 			switch {
 			case name == srvProv && provAllowed(w.s, e):
 				continue // through the tunnel, to a service the probes may use
-			case name == srvNS && hostOf(e.Src) == hostLinkHost:
+			case name == srvNS && harness.HostOf(e.Src) == hostLinkHost:
 				continue // the host itself may use the published service
 			case r != nil && r.hitOK:
 				continue
@@ -539,12 +539,12 @@ func (w *window) close(rows []*mrow, o closeOptions) *evidence {
 // (from a tunnel address) to the configured resolver or an echo service,
 // over IPv6 only when IPv6 is tunnelled.
 func provAllowed(s *site, e provider.Event) bool {
-	src, dst := hostOf(e.Src), eventAP(e.Dst)
+	src, dst := harness.HostOf(e.Src), eventAP(e.Dst)
 	switch {
-	case src == topo.ClientTunnel4:
-		return dst == ap(topo.ProvTunnel4, 53) || dst == ap(topo.ProvTunnel4, topo.EchoPort)
-	case src == topo.ClientTunnel6 && s.ipv6:
-		return dst == ap(topo.ProvTunnel6, topo.EchoPort)
+	case src == testbed.ClientTunnel4:
+		return dst == harness.AP(testbed.ProvTunnel4, 53) || dst == harness.AP(testbed.ProvTunnel4, testbed.EchoPort)
+	case src == testbed.ClientTunnel6 && s.ipv6:
+		return dst == harness.AP(testbed.ProvTunnel6, testbed.EchoPort)
 	}
 	return false
 }
@@ -579,7 +579,7 @@ func rowForHit(rows []*mrow, srv string, e provider.Event) *mrow {
 
 // wgFlow matches the tunnel's UDP between the host uplink and ep.
 func wgFlow(ep netip.AddrPort) observe.Match {
-	return observe.UDP(netip.AddrPortFrom(topo.HostUplink4, 0), ep)
+	return observe.UDP(netip.AddrPortFrom(testbed.HostUplink4, 0), ep)
 }
 
 // wgICMPErrors matches ICMP errors about the tunnel's UDP with ep: to the
@@ -593,10 +593,10 @@ func wgICMPErrors(ep netip.AddrPort) observe.Match {
 		switch {
 		case !ok:
 			return false
-		case p.Dst == topo.HostUplink4:
-			return qsrc.Addr() == topo.HostUplink4 && qdst == ep
-		case p.Src == topo.HostUplink4 && p.Dst == ep.Addr():
-			return qsrc == ep && qdst.Addr() == topo.HostUplink4
+		case p.Dst == testbed.HostUplink4:
+			return qsrc.Addr() == testbed.HostUplink4 && qdst == ep
+		case p.Src == testbed.HostUplink4 && p.Dst == ep.Addr():
+			return qsrc == ep && qdst.Addr() == testbed.HostUplink4
 		}
 		return false
 	}
@@ -606,7 +606,7 @@ func wgICMPErrors(ep netip.AddrPort) observe.Match {
 // the host's ICMP errors about it): inbound only; anything sent to it is
 // not allowed.
 func staleWG(old netip.AddrPort) observe.Match {
-	in := observe.UDP(old, netip.AddrPortFrom(topo.HostUplink4, 0))
+	in := observe.UDP(old, netip.AddrPortFrom(testbed.HostUplink4, 0))
 	return func(p observe.Packet) bool {
 		if p.Proto == observe.ProtoUDP {
 			return !p.Out && p.Src == old.Addr() && in(p)
@@ -639,6 +639,6 @@ func (s *site) statusOf() (healthy bool, code int, st map[string]any, out agentp
 // linkUp reports whether the tunnel interface exists and is up in the
 // confined namespace.
 func (s *site) linkUp() bool {
-	out, err := nsutil.Output(s.name, "ip", "-o", "link", "show", "dev", names.Tunnel(s.name))
+	out, err := harness.Output(s.name, "ip", "-o", "link", "show", "dev", names.Tunnel(s.name))
 	return err == nil && strings.Contains(string(out), ",UP")
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
 // Issue 12.1: root inside the confined namespace, even without any
@@ -15,7 +15,7 @@ import (
 // private key, move the endpoint); root in the host namespace can.
 func TestUAPISocketRefusesTheConfinedSide(t *testing.T) {
 	t.Parallel()
-	c := startAgent(t, topo.AgentOptions{})
+	c := startAgent(t, harness.AgentOptions{})
 	if _, err := os.Stat(names.UAPISocket(c.iface())); err != nil {
 		t.Skipf("no UAPI socket (kernel backend): %v", err)
 	}

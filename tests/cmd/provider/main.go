@@ -1,7 +1,7 @@
 // Command provider is the end-to-end tests' VPN provider: run inside a
 // test network namespace, it serves a userspace WireGuard peer plus DNS and
 // echo servers (or, without a wireguard section, a decoy that logs every
-// hit). See tests/internal/provider for the config and log formats.
+// hit). See agent/testbed/provider for the config and log formats.
 //
 //	provider -config provider.json
 //
@@ -16,11 +16,11 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 )
 
 func main() {
-	cfgPath := flag.String("config", "", "JSON config (see tests/internal/provider.Config)")
+	cfgPath := flag.String("config", "", "JSON config (see agent/testbed/provider.Config)")
 	flag.Parse()
 	if *cfgPath == "" || flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "usage: provider -config FILE")

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // Agent is a vpn-agent binary run in a host namespace.
@@ -82,7 +82,7 @@ func (a Agent) Cmd(args ...string) Output {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	o := Output{Args: args}
-	if err := nsutil.Start(a.HostNS, cmd); err != nil {
+	if err := testbed.Start(a.HostNS, cmd); err != nil {
 		o.Err = err
 		return o
 	}
@@ -168,7 +168,7 @@ func (a Agent) Start(cfg string, extra ...string) (*Daemon, error) {
 	d.cmd.Stdout, d.cmd.Stderr = syncWriter{d}, syncWriter{d}
 	// If the test binary dies, the agent is told to tear down.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := nsutil.Start(a.HostNS, d.cmd); err != nil {
+	if err := testbed.Start(a.HostNS, d.cmd); err != nil {
 		ln.Close()
 		os.RemoveAll(dir)
 		return nil, err

@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
 )
 
 // Observer is a running capture.
@@ -60,7 +60,7 @@ func Start(t testing.TB, ns, iface string, filter Match) *Observer {
 func start(ns, iface string, filter Match) (*Observer, error) {
 	o := &Observer{NS: ns, Iface: iface, filter: filter, fd: -1,
 		stopping: make(chan struct{}), done: make(chan struct{})}
-	err := nsutil.Do(ns, func() error {
+	err := probe.InNetns(ns, func() error {
 		ifc, err := net.InterfaceByName(iface)
 		if err != nil {
 			return err
@@ -180,6 +180,10 @@ func (o *Observer) Filter(m Match) []Packet {
 	}
 	return out
 }
+
+// ControlWait is how long a capture is given to see a positive-control
+// packet before the test concludes it proves nothing.
+const ControlWait = 3 * time.Second
 
 // WaitFor waits up to timeout for a packet matching m.
 func (o *Observer) WaitFor(m Match, timeout time.Duration) bool {

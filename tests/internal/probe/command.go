@@ -8,8 +8,6 @@ import (
 	"os/exec"
 	"strings"
 	"time"
-
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 )
 
 // CommandTimeout bounds Command and Getent (glibc's resolver retries make
@@ -33,7 +31,7 @@ func CommandWithin(ns string, timeout time.Duration, argv ...string) Result {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	r := Result{Probe: strings.Join(argv, " ") + " in " + ns}
-	if err := nsutil.Start(ns, cmd); err != nil {
+	if err := startIn(ns, cmd); err != nil {
 		r.Outcome, r.Err = Failed, err
 		return r
 	}

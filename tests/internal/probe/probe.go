@@ -21,8 +21,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
 )
 
 // Timeout bounds each network probe.
@@ -106,7 +104,7 @@ func (r Result) finish(start time.Time, err error) Result {
 // in runs fn inside namespace ns; a failure to enter is a Failed result.
 func in(ns, desc string, fn func() Result) Result {
 	var r Result
-	err := nsutil.Do(ns, func() error { r = fn(); return nil })
+	err := InNetns(ns, func() error { r = fn(); return nil })
 	if err != nil {
 		r = Result{Outcome: Failed, Err: err}
 	}

@@ -18,6 +18,18 @@ func requireGuest(t *testing.T) {
 	}
 }
 
+// requireInjected skips the test unless it runs inside the VM tier with
+// every one of paths injected (how names who injects them).
+func requireInjected(t *testing.T, how string, paths ...string) {
+	t.Helper()
+	requireGuest(t)
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("%s not injected (%s)", p, how)
+		}
+	}
+}
+
 // run runs a command and fails the test with its output when it fails.
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()

@@ -15,12 +15,12 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
 // linkMonitor is `ip -o monitor link` in one namespace, started and proven subscribed.
@@ -96,15 +96,15 @@ func TestKernelBackendEndToEnd(t *testing.T) {
 	requireHarness(t)
 	t.Parallel()
 	tp := newKernelTopo(t)
-	path, cfg := tp.AgentConfig(t, topo.AgentOptions{Backend: "auto"})
+	path, cfg := tp.AgentConfig(t, harness.AgentOptions{Backend: "auto"})
 	name, iface := cfg.Name, names.Tunnel(cfg.Name)
 	ag := agentproc.Agent{Bin: agentBin, HostNS: tp.Host}
 
 	mon := startLinkMonitor(t, tp.Host)
-	provUp := observe.Start(t, tp.Prov, topo.ProvUplinkIf, nil)
-	up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
+	provUp := observe.Start(t, tp.Prov, testbed.ProvUplinkIf, nil)
+	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
 	d := ag.Run(t, path)
-	if !nsutil.Mounted(name) {
+	if !harness.Mounted(name) {
 		t.Fatalf("READY=1 but /run/netns/%s is not a live namespace", name)
 	}
 
@@ -143,35 +143,39 @@ func TestKernelBackendEndToEnd(t *testing.T) {
 
 	// 2. Traffic and DNS through the tunnel, to the kernel-WireGuard provider.
 	mark := tp.Tunnel.Mark()
-	secret := marker("tunnelled")
-	if r := eventually(5*time.Second, func() probe.Result {
-		return probe.TCPEcho(name, ap(topo.ProvTunnel4, topo.EchoPort), secret)
+	secret := harness.Marker("tunnelled")
+	if r := harness.Eventually(5*time.Second, func() probe.Result {
+		return probe.TCPEcho(name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), secret)
 	}); !r.Reached() {
 		t.Fatalf("no traffic through the tunnel: %v\nagent output:\n%s", r, d.Output())
 	}
 	rs := probe.All(
-		func() probe.Result { return probe.UDPEcho(name, ap(topo.ProvTunnel4, topo.EchoPort), secret) },
-		func() probe.Result { return probe.Ping(name, topo.ProvTunnel4) },
 		func() probe.Result {
-			return eventually(3*time.Second, func() probe.Result {
-				return probe.TCPEcho(name, ap(topo.ProvTunnel6, topo.EchoPort), secret)
+			return probe.UDPEcho(name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), secret)
+		},
+		func() probe.Result { return probe.Ping(name, testbed.ProvTunnel4) },
+		func() probe.Result {
+			return harness.Eventually(3*time.Second, func() probe.Result {
+				return probe.TCPEcho(name, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), secret)
 			})
 		},
-		func() probe.Result { return probe.UDPEcho(name, ap(topo.ProvTunnel6, topo.EchoPort), secret) },
-		func() probe.Result { return probe.Ping(name, topo.ProvTunnel6) },
+		func() probe.Result {
+			return probe.UDPEcho(name, harness.AP(testbed.ProvTunnel6, testbed.EchoPort), secret)
+		},
+		func() probe.Result { return probe.Ping(name, testbed.ProvTunnel6) },
 	)
 	for _, network := range []string{"udp", "tcp"} {
-		r := probe.DNS(name, ap(topo.ProvTunnel4, 53), network, topo.TargetName, dnsmessage.TypeA)
-		if !slices.Equal(r.Addrs, []netip.Addr{topo.ProvTunnel4}) {
+		r := probe.DNS(name, harness.AP(testbed.ProvTunnel4, 53), network, testbed.TargetName, dnsmessage.TypeA)
+		if !slices.Equal(r.Addrs, []netip.Addr{testbed.ProvTunnel4}) {
 			r.Outcome = probe.Failed
 		}
 		rs = append(rs, r)
 	}
 	// glibc as an application sees it: vpn-agent exec, the namespace's resolv.conf.
 	hostResolvers.RLock() // not while the systemd checks run nscd/resolved (see there)
-	g := probe.Getent(tp.Host, agentBin, name, topo.TargetName)
+	g := probe.Getent(tp.Host, agentBin, name, testbed.TargetName)
 	hostResolvers.RUnlock()
-	if len(g.Addrs) == 0 || !slices.Contains([]netip.Addr{topo.ProvTunnel4, topo.ProvTunnel6}, g.Addrs[0]) {
+	if len(g.Addrs) == 0 || !slices.Contains([]netip.Addr{testbed.ProvTunnel4, testbed.ProvTunnel6}, g.Addrs[0]) {
 		g.Outcome = probe.Failed
 	}
 	rs = append(rs, g)
@@ -180,16 +184,16 @@ func TestKernelBackendEndToEnd(t *testing.T) {
 			t.Errorf("through the tunnel: %v", r)
 		}
 	}
-	ev := hits(t, tp.Tunnel, mark)
-	for _, src := range []netip.Addr{topo.ClientTunnel4, topo.ClientTunnel6} {
-		if !slices.ContainsFunc(ev, func(e provider.Event) bool { return hostOf(e.Src) == src }) {
-			t.Errorf("the provider's tunnel servers logged no hit from %s:\n%s", src, dumpEvents(ev))
+	ev := harness.Hits(t, tp.Tunnel, mark)
+	for _, src := range []netip.Addr{testbed.ClientTunnel4, testbed.ClientTunnel6} {
+		if !slices.ContainsFunc(ev, func(e provider.Event) bool { return harness.HostOf(e.Src) == src }) {
+			t.Errorf("the provider's tunnel servers logged no hit from %s:\n%s", src, harness.DumpEvents(ev))
 		}
 	}
 	if !slices.ContainsFunc(ev, func(e provider.Event) bool {
-		return e.Kind == provider.EvDNS && e.Name == topo.TargetName+"." && hostOf(e.Src) == topo.ClientTunnel4
+		return e.Kind == provider.EvDNS && e.Name == testbed.TargetName+"." && harness.HostOf(e.Src) == testbed.ClientTunnel4
 	}) {
-		t.Errorf("the provider's resolver logged no query for %s from %s:\n%s", topo.TargetName, topo.ClientTunnel4, dumpEvents(ev))
+		t.Errorf("the provider's resolver logged no query for %s from %s:\n%s", testbed.TargetName, testbed.ClientTunnel4, harness.DumpEvents(ev))
 	}
 
 	// 3. The socket stayed in the host namespace. wg reports the link's listen port; the
@@ -202,7 +206,7 @@ func TestKernelBackendEndToEnd(t *testing.T) {
 	if lport == 0 {
 		t.Fatalf("listen port 0")
 	}
-	hostSide := netip.AddrPortFrom(topo.HostUplink4, uint16(lport))
+	hostSide := netip.AddrPortFrom(testbed.HostUplink4, uint16(lport))
 	peers := wgField(t, tp.Topo, tp.Prov, provWG, "endpoints")
 	if len(peers) != 1 || len(peers[0]) != 2 || peers[0][1] != hostSide.String() {
 		t.Errorf("provider's view of the client endpoint: %v, want %s", peers, hostSide)
@@ -234,34 +238,25 @@ func TestKernelBackendEndToEnd(t *testing.T) {
 			t.Errorf("confined address %q: %v", f[3], err)
 			continue
 		}
-		if !slices.Contains([]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback(), topo.ClientTunnel4, topo.ClientTunnel6}, a.Addr()) {
+		if !slices.Contains([]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback(), testbed.ClientTunnel4, testbed.ClientTunnel6}, a.Addr()) {
 			t.Errorf("confined namespace has address %s (want only loopback and the tunnel's)", a)
 		}
 	}
 
 	// 4. On the wire: the provider received WireGuard from that host-side address/port and
 	// nothing else from the client; the host uplink carried only ciphertext.
-	ctl := control(t, up, tp.Host, ap(topo.DecoyTarget4, topo.ControlPort))
-	provCtl := control(t, provUp, tp.Prov, ap(topo.InetProvSide4, topo.ControlPort))
+	ctl := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
+	provCtl := harness.Control(t, provUp, tp.Prov, harness.AP(testbed.InetProvSide4, testbed.ControlPort))
 	ppk := provUp.Stop()
 	if !slices.ContainsFunc(ppk, func(p observe.Packet) bool {
-		return p.Proto == observe.ProtoUDP && !p.Out && p.SrcAP() == hostSide && p.DstAP() == ap(topo.Endpoint4, topo.WGPort)
+		return p.Proto == observe.ProtoUDP && !p.Out && p.SrcAP() == hostSide && p.DstAP() == harness.AP(testbed.Endpoint4, testbed.WGPort)
 	}) {
 		t.Errorf("the provider's uplink saw no WireGuard from %s:\n%s", hostSide, observe.Dump(ppk))
 	}
-	if bad := unexpected(ppk, observe.LinkNoise, observe.UDP(hostSide, ap(topo.Endpoint4, topo.WGPort)), observe.Payload(provCtl)); len(bad) > 0 {
+	if bad := harness.Unexpected(ppk, observe.LinkNoise, observe.UDP(hostSide, harness.AP(testbed.Endpoint4, testbed.WGPort)), observe.Payload(provCtl)); len(bad) > 0 {
 		t.Errorf("the provider's uplink carried more than the tunnel from %s:\n%s", hostSide, observe.Dump(bad))
 	}
-	pkts := up.Stop()
-	if !slices.ContainsFunc(pkts, wgTraffic) {
-		t.Errorf("no WireGuard on the host uplink:\n%s", observe.Dump(pkts))
-	}
-	if slices.ContainsFunc(pkts, observe.Payload(secret)) {
-		t.Errorf("tunnelled payload seen in clear on the host uplink")
-	}
-	if bad := unexpected(pkts, observe.LinkNoise, wgTraffic, observe.Payload(ctl)); len(bad) > 0 {
-		t.Errorf("the host uplink carried more than WireGuard:\n%s", observe.Dump(bad))
-	}
+	harness.OnlyWireGuard(t, up.Stop(), secret, ctl)
 
 	// 5. status --json: healthy, kernel backend.
 	st, out, err := ag.Status(name)
@@ -271,7 +266,7 @@ func TestKernelBackendEndToEnd(t *testing.T) {
 		t.Errorf("status: want healthy on the kernel backend, got backend=%v healthy=%v:\n%s", st["backend"], st["healthy"], out.Stdout)
 	}
 	if errs := tp.Tunnel.Errors(); len(errs) > 0 {
-		t.Errorf("tunnel servers logged errors:\n%s", dumpEvents(errs))
+		t.Errorf("tunnel servers logged errors:\n%s", harness.DumpEvents(errs))
 	}
 	if !t.Failed() {
 		t.Logf("backend %v; %s born in %s and moved; socket %s outside; %d tunnel probes ok", st["backend"], iface, tp.Host, hostSide, len(rs))

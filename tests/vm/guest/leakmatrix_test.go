@@ -3,7 +3,6 @@ package guest
 import (
 	"encoding/json"
 	"net/netip"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,12 +11,11 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
 // kernelConfined is an agent (kernel backend, host link with a published port) confining a
@@ -34,18 +32,18 @@ func (c *kernelConfined) iface() string { return names.Tunnel(c.name) }
 func startKernelConfined(t *testing.T) *kernelConfined {
 	t.Helper()
 	tp := newKernelTopo(t)
-	path, cfg := tp.AgentConfig(t, topo.AgentOptions{Backend: "auto", HostLink: true, PortMappings: map[int]int{8080: 80}})
+	path, cfg := tp.AgentConfig(t, harness.AgentOptions{Backend: "auto", HostLink: true, PortMappings: map[int]int{8080: 80}})
 	c := &kernelConfined{tp: tp, ag: agentproc.Agent{Bin: agentBin, HostNS: tp.Host}, name: cfg.Name}
 	c.d = c.ag.Run(t, path)
-	if !nsutil.Mounted(c.name) {
+	if !harness.Mounted(c.name) {
 		t.Fatalf("READY=1 but /run/netns/%s is not a live namespace", c.name)
 	}
 	return c
 }
 
 func (c *kernelConfined) tunnelEcho(within time.Duration) probe.Result {
-	return eventually(within, func() probe.Result {
-		return probe.TCPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), marker("tunnel"))
+	return harness.Eventually(within, func() probe.Result {
+		return probe.TCPEcho(c.name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), harness.Marker("tunnel"))
 	})
 }
 
@@ -70,7 +68,7 @@ func (c *kernelConfined) freeze(t *testing.T) (thaw func()) {
 
 // tableLoaded reports whether the kill switch table exists in the namespace.
 func (c *kernelConfined) tableLoaded() bool {
-	_, err := nsutil.Output(c.name, "nft", "list", "table", "inet", names.Table)
+	_, err := harness.Output(c.name, "nft", "list", "table", "inet", names.Table)
 	return err == nil
 }
 
@@ -78,30 +76,30 @@ func (c *kernelConfined) tableLoaded() bool {
 // in: decoys on the "internet" over TCP, UDP, ICMP and DNS (IPv4 and IPv6), the host's own
 // addresses (uplink and host-link end), the LAN, multicast and broadcast.
 func vmLeakProbes(ns string) []probe.Result {
-	m := marker("leak")
+	m := harness.Marker("leak")
 	q := func(server netip.AddrPort, network string, qt dnsmessage.Type) func() probe.Result {
-		return func() probe.Result { return probe.DNS(ns, server, network, topo.TargetName, qt) }
+		return func() probe.Result { return probe.DNS(ns, server, network, testbed.TargetName, qt) }
 	}
 	send := func(dst string) func() probe.Result {
 		return func() probe.Result { return probe.UDPSend(ns, netip.MustParseAddrPort(dst), m) }
 	}
-	hl := topo.HostLinkHost.Addr()
+	hl := testbed.HostLinkHost.Addr()
 	return probe.All(
-		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget4, 80)) },
-		func() probe.Result { return probe.TCPEcho(ns, ap(topo.DecoyTarget4, topo.EchoPort), m) },
-		func() probe.Result { return probe.TCP(ns, ap(topo.DecoyTarget6, 443)) },
-		func() probe.Result { return probe.UDPEcho(ns, ap(topo.DecoyTarget4, 443), m) },
-		func() probe.Result { return probe.UDPEcho(ns, ap(topo.DecoyTarget6, topo.EchoPort), m) },
-		func() probe.Result { return probe.Ping(ns, topo.DecoyTarget4) },
-		func() probe.Result { return probe.Ping(ns, topo.DecoyTarget6) },
-		func() probe.Result { return probe.Ping(ns, topo.HostUplink4) },
+		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget4, 80)) },
+		func() probe.Result { return probe.TCPEcho(ns, harness.AP(testbed.DecoyTarget4, testbed.EchoPort), m) },
+		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget6, 443)) },
+		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget4, 443), m) },
+		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget6, testbed.EchoPort), m) },
+		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget4) },
+		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget6) },
+		func() probe.Result { return probe.Ping(ns, testbed.HostUplink4) },
 		func() probe.Result { return probe.Ping(ns, hl) },
-		func() probe.Result { return probe.TCP(ns, ap(hl, 22)) },
-		func() probe.Result { return probe.TCP(ns, ap(topo.LANHost4, 22)) },
-		q(ap(topo.DecoyDNS4, 53), "udp", dnsmessage.TypeA),
-		q(ap(topo.DecoyDNS4, 53), "tcp", dnsmessage.TypeA),
-		q(ap(topo.DecoyDNS4, 853), "tcp", dnsmessage.TypeA),
-		q(ap(topo.DecoyDNS6, 53), "udp", dnsmessage.TypeAAAA),
+		func() probe.Result { return probe.TCP(ns, harness.AP(hl, 22)) },
+		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.LANHost4, 22)) },
+		q(harness.AP(testbed.DecoyDNS4, 53), "udp", dnsmessage.TypeA),
+		q(harness.AP(testbed.DecoyDNS4, 53), "tcp", dnsmessage.TypeA),
+		q(harness.AP(testbed.DecoyDNS4, 853), "tcp", dnsmessage.TypeA),
+		q(harness.AP(testbed.DecoyDNS6, 53), "udp", dnsmessage.TypeAAAA),
 		send("224.0.0.251:5353"),
 		send("255.255.255.255:9"),
 		send("198.19.0.3:9"), // the host link's broadcast address
@@ -114,7 +112,7 @@ func hijackRoutes(t *testing.T, ns string) (restore func()) {
 	t.Helper()
 	var saved [][]string
 	for _, fam := range []string{"-4", "-6"} {
-		out, _ := nsutil.Output(ns, "ip", "-o", fam, "route", "show", "default")
+		out, _ := harness.Output(ns, "ip", "-o", fam, "route", "show", "default")
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			if f := strings.Fields(line); len(f) > 0 {
 				saved = append(saved, append([]string{"ip", fam, "route", "replace"}, f...))
@@ -122,15 +120,15 @@ func hijackRoutes(t *testing.T, ns string) (restore func()) {
 		}
 	}
 	nsIf := names.NSVeth(ns)
-	if _, err := nsutil.Output(ns, "ip", "route", "replace", "default", "via", topo.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
+	if _, err := harness.Output(ns, "ip", "route", "replace", "default", "via", testbed.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
 		t.Logf("no escape route (the agent may be rebuilding): %v", err)
 	}
-	nsutil.Output(ns, "ip", "-6", "route", "replace", "default", "dev", nsIf) // IPv6 is off on the host link
+	harness.Output(ns, "ip", "-6", "route", "replace", "default", "dev", nsIf) // IPv6 is off on the host link
 	return func() {
-		nsutil.Output(ns, "ip", "route", "del", "default", "dev", nsIf)
-		nsutil.Output(ns, "ip", "-6", "route", "del", "default", "dev", nsIf)
+		harness.Output(ns, "ip", "route", "del", "default", "dev", nsIf)
+		harness.Output(ns, "ip", "-6", "route", "del", "default", "dev", nsIf)
 		for _, argv := range saved {
-			nsutil.Output(ns, argv...)
+			harness.Output(ns, argv...)
 		}
 	}
 }
@@ -176,8 +174,8 @@ func TestKernelLeakMatrix(t *testing.T) {
 		}},
 		{name: "agent-sigkilled", breakIt: func(t *testing.T, c *kernelConfined) func() {
 			c.d.Kill()
-			if !nsutil.Mounted(c.name) || !c.tableLoaded() {
-				t.Errorf("after SIGKILL: namespace mounted=%v, kill switch loaded=%v (want both: fail closed)", nsutil.Mounted(c.name), c.tableLoaded())
+			if !harness.Mounted(c.name) || !c.tableLoaded() {
+				t.Errorf("after SIGKILL: namespace mounted=%v, kill switch loaded=%v (want both: fail closed)", harness.Mounted(c.name), c.tableLoaded())
 			}
 			return nil
 		}},
@@ -209,21 +207,13 @@ func TestKernelLeakMatrix(t *testing.T) {
 				t.Fatalf("precondition: status backend %v (%v), want kernel", st["backend"], err)
 			}
 			hostIf := names.HostVeth(c.name)
-			up := observe.Start(t, tp.Host, topo.HostUplinkIf, nil)
-			lan := observe.Start(t, tp.Host, topo.HostLANIf, nil)
+			up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
+			lan := observe.Start(t, tp.Host, testbed.HostLANIf, nil)
 			veth := observe.Start(t, tp.Host, hostIf, nil)
 
 			after := st.breakIt(t, c)
 
-			// Positive control for the decoy log, in this state.
-			dm := marker("decoy-control")
-			if r := probe.UDPEcho(tp.LAN, ap(topo.DecoyTarget4, topo.EchoPort), dm); !r.Reached() {
-				t.Fatalf("positive control: decoy echo from the LAN: %v", r)
-			}
-			if !slices.ContainsFunc(hits(t, tp.Decoy, 0), func(e provider.Event) bool { return e.Kind == provider.EvUDP && e.Len == len(dm) }) {
-				t.Fatalf("positive control: the decoy did not log the LAN's datagram")
-			}
-			mark := tp.Decoy.Mark()
+			mark, dm := tp.DecoyControl(t) // the decoy log's positive control
 
 			var all []probe.Result
 			reached := 0
@@ -236,7 +226,7 @@ func TestKernelLeakMatrix(t *testing.T) {
 						t.Errorf("%s: LEAK: %v", stage, r)
 					}
 				}
-				tun := probe.TCPEcho(c.name, ap(topo.ProvTunnel4, topo.EchoPort), marker("t"))
+				tun := probe.TCPEcho(c.name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), harness.Marker("t"))
 				switch {
 				case st.deadPeer && tun.Reached():
 					t.Errorf("%s: tunnel target reached with the tunnel broken: %v", stage, tun)
@@ -249,13 +239,13 @@ func TestKernelLeakMatrix(t *testing.T) {
 			round("default route via the host link")
 			restore()
 
-			ctlUp := control(t, up, tp.Host, ap(topo.DecoyTarget4, topo.ControlPort))
-			ctlLAN := control(t, lan, tp.Host, ap(topo.LANHost4, topo.ControlPort))
-			ctlVeth := control(t, veth, tp.Host, netip.AddrPortFrom(topo.HostLinkNS.Addr(), topo.ControlPort))
-			badUp := unexpected(up.Stop(), observe.LinkNoise, wgTraffic, wgErrors, observe.Payload(ctlUp), observe.Payload(dm))
-			badLAN := unexpected(lan.Stop(), observe.LinkNoise, observe.Payload(ctlLAN), observe.Payload(dm))
-			vethPkts := unexpected(veth.Stop(), observe.LinkNoise, observe.Payload(ctlVeth))
-			dev := hits(t, tp.Decoy, mark)
+			ctlUp := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
+			ctlLAN := harness.Control(t, lan, tp.Host, harness.AP(testbed.LANHost4, testbed.ControlPort))
+			ctlVeth := harness.Control(t, veth, tp.Host, netip.AddrPortFrom(testbed.HostLinkNS.Addr(), testbed.ControlPort))
+			badUp := harness.Unexpected(up.Stop(), observe.LinkNoise, harness.WGTraffic, harness.WGBounceEitherWay, observe.Payload(ctlUp), observe.Payload(dm))
+			badLAN := harness.Unexpected(lan.Stop(), observe.LinkNoise, observe.Payload(ctlLAN), observe.Payload(dm))
+			vethPkts := harness.Unexpected(veth.Stop(), observe.LinkNoise, observe.Payload(ctlVeth))
+			dev := harness.Hits(t, tp.Decoy, mark)
 			if len(badUp) > 0 {
 				t.Errorf("LEAK on the host uplink:\n%s", observe.Dump(badUp))
 			}
@@ -270,7 +260,7 @@ func TestKernelLeakMatrix(t *testing.T) {
 				t.Errorf("the namespace sent on the host link (%s):\n%s", hostIf, observe.Dump(badVeth))
 			}
 			if len(dev) > 0 {
-				t.Errorf("LEAK: the decoys saw:\n%s", dumpEvents(dev))
+				t.Errorf("LEAK: the decoys saw:\n%s", harness.DumpEvents(dev))
 			}
 			if after != nil {
 				after()

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/lab"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 const (
@@ -21,12 +21,7 @@ const (
 
 func requireAgentUnit(t *testing.T) {
 	t.Helper()
-	requireGuest(t)
-	for _, p := range []string{agentBin, agentUnit} {
-		if _, err := os.Stat(p); err != nil {
-			t.Skipf("%s not injected (run.sh injects agent/cmd/vpn-agent and dist/systemd)", p)
-		}
-	}
+	requireInjected(t, "run.sh injects agent/cmd/vpn-agent and dist/systemd", agentBin, agentUnit)
 }
 
 func randID(t *testing.T) string {
@@ -68,7 +63,7 @@ func TestDistUnitVerifies(t *testing.T) {
 
 // TestAgentUnitConfinesService is the production path end to end, under the real systemd
 // and with kernel WireGuard: dist/systemd/vpn-agent@NAME.service (Type=notify, its
-// hardening as shipped) brings a namespace up against a local provider (agent/lab, whose
+// hardening as shipped) brings a namespace up against a local provider (testbed.Lab, whose
 // simulated host namespace stands in for the host's network: a drop-in points the agent
 // unit's NetworkNamespacePath at it, as `vpn-agent demo` does with nsenter); a service
 // confined with the drop-in `vpn-agent unit NAME` prints sees only lo and the tunnel and
@@ -78,9 +73,9 @@ func TestDistUnitVerifies(t *testing.T) {
 func TestAgentUnitConfinesService(t *testing.T) {
 	requireAgentUnit(t)
 	id := randID(t)
-	l, err := lab.Start("vu" + id)
+	l, err := testbed.StartLab()
 	if err != nil {
-		t.Fatalf("lab.Start: %v", err)
+		t.Fatalf("testbed.StartLab: %v", err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
 
@@ -115,9 +110,9 @@ func TestAgentUnitConfinesService(t *testing.T) {
 ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print "link " $2 }'
 sed 's/^/resolv /' /etc/resolv.conf
 if socat -u OPEN:/dev/null UNIX-CONNECT:/run/dbus/system_bus_socket 2>/dev/null; then echo "dbus reachable"; else echo "dbus blocked"; fi
-echo "getent $(getent hosts ` + lab.TargetName + ` | awk '{ print $1 }')"
-if exec 3<>/dev/tcp/` + lab.TunnelServer.Addr().String() + `/80; then
-	printf 'GET / HTTP/1.0\r\nHost: ` + lab.TargetName + `\r\n\r\n' >&3
+echo "getent $(getent hosts ` + testbed.LabTarget + ` | awk '{ print $1 }')"
+if exec 3<>/dev/tcp/` + testbed.LabServer.Addr().String() + `/80; then
+	printf 'GET / HTTP/1.0\r\nHost: ` + testbed.LabTarget + `\r\n\r\n' >&3
 	echo "http $(timeout 10 cat <&3 | tail -n 1)"
 	exec 3>&-
 fi
@@ -174,7 +169,7 @@ fi
 	for _, ln := range strings.Split(strings.TrimSpace(string(nsResolv)), "\n") {
 		want = append(want, "resolv "+ln)
 	}
-	want = append(want, "dbus blocked", "getent "+lab.TunnelServer.Addr().String(), "http "+lab.Greeting)
+	want = append(want, "dbus blocked", "getent "+testbed.LabServer.Addr().String(), "http "+testbed.LabGreeting)
 	for _, w := range want {
 		found := false
 		for _, ln := range strings.Split(res, "\n") {

@@ -16,9 +16,10 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
 )
 
 // The systemd semantics of the confinement, with the shipped vpn-agent@.service running in
@@ -55,11 +56,11 @@ type sdFixture struct {
 	name         string // namespace
 	agent        string // vpn-agent@NAME.service
 	dir          string // /run/vmtest-NAME: scripts and outputs
-	tunnel       *topo.Process
-	resolver     *topo.Process // the host resolver decoy
-	resolverHeld bool          // hostResolvers is locked by this fixture
-	pre          string        // confined long-running service that records what it saw at start
-	loop         string        // confined service running a TCP echo loop through the tunnel
+	tunnel       *harness.Process
+	resolver     *harness.Process // the host resolver decoy
+	resolverHeld bool             // hostResolvers is locked by this fixture
+	pre          string           // confined long-running service that records what it saw at start
+	loop         string           // confined service running a TCP echo loop through the tunnel
 }
 
 // names the decoy and the tunnel's resolver know: <what>.<id>.vmtest
@@ -213,14 +214,14 @@ exit 0
 	return f
 }
 
-func (f *sdFixture) startProc(name string, cfg *provider.Config) *topo.Process {
+func (f *sdFixture) startProc(name string, cfg *provider.Config) *harness.Process {
 	f.t.Helper()
 	cfg.Log = filepath.Join(f.dir, name+".log")
 	path := filepath.Join(f.dir, name+".json")
 	if err := provider.WriteConfig(path, cfg); err != nil {
 		f.t.Fatal(err)
 	}
-	p := &topo.Process{Name: name, NS: sdNet, Bin: providerBin, Config: path, Log: cfg.Log}
+	p := &harness.Process{Name: name, NS: sdNet, Bin: providerBin, Config: path, Log: cfg.Log}
 	if err := p.Start(); err != nil {
 		f.t.Fatal(err)
 	}
@@ -309,9 +310,9 @@ var sdWG = observe.UDP(netip.AddrPortFrom(sdUplinkHost, 0), netip.AddrPortFrom(s
 // WireGuard, link noise or the control: leaks.
 func (f *sdFixture) stopUplink(t *testing.T, obs *observe.Observer) (leaks, all []observe.Packet) {
 	t.Helper()
-	ctl := control(t, obs, sdRoot, netip.AddrPortFrom(sdEndpoint, topo.ControlPort))
+	ctl := harness.Control(t, obs, sdRoot, netip.AddrPortFrom(sdEndpoint, testbed.ControlPort))
 	all = obs.Stop()
-	return unexpected(all, observe.LinkNoise, sdWG, observe.Payload(ctl)), all
+	return harness.Unexpected(all, observe.LinkNoise, sdWG, observe.Payload(ctl)), all
 }
 
 // getent runs `getent hosts <what>.<id>.vmtest` in the service kind ("confined", "fixed",
@@ -350,10 +351,10 @@ const (
 )
 
 // resolverHits returns the decoy's DNS events for name since mark.
-func resolverHits(t *testing.T, p *topo.Process, mark int, name string) []provider.Event {
+func resolverHits(t *testing.T, p *harness.Process, mark int, name string) []provider.Event {
 	t.Helper()
 	var out []provider.Event
-	for _, e := range hits(t, p, mark) {
+	for _, e := range harness.Hits(t, p, mark) {
 		if e.Kind == provider.EvDNS && strings.TrimSuffix(e.Name, ".") == name {
 			out = append(out, e)
 		}
@@ -374,6 +375,20 @@ func (f *sdFixture) loopLines() [][3]string {
 }
 
 // loopOK waits until the loop logged n successful echoes from invocation inv.
+// backAfterReady checks a confined service that came back (invocation inv,
+// "restarted" or "upheld"): its traffic gets through the tunnel again, and
+// it started only after the agent's READY=1.
+func (f *sdFixture) backAfterReady(t *testing.T, inv, how string) {
+	t.Helper()
+	if !f.loopOK(inv, 3, 15*time.Second) {
+		t.Errorf("the %s service's traffic does not get through:\n%v", how, f.loopLines())
+	}
+	ready := propInt(t, f.agent, "ActiveEnterTimestampMonotonic")
+	if s := propInt(t, f.loop, "InactiveExitTimestampMonotonic"); s < ready {
+		t.Errorf("the %s service started (%d µs) before the agent's READY=1 (%d µs)", how, s, ready)
+	}
+}
+
 func (f *sdFixture) loopOK(inv string, n int, d time.Duration) bool {
 	return waitFor(d, func() bool {
 		c := 0
@@ -610,14 +625,8 @@ func TestSystemdConfinement(t *testing.T) {
 		}) {
 			t.Fatalf("the confined service did not come back after the agent's restart (PartOf=): %s\n%s", active(f.loop), unitDiag(f.loop))
 		}
-		if !f.loopOK(inv2, 3, 15*time.Second) {
-			t.Errorf("the restarted service's traffic does not get through:\n%v", f.loopLines())
-		}
+		f.backAfterReady(t, inv2, "restarted")
 		t.Logf("restart: traffic through the tunnel again %.1fs after systemctl restart", time.Since(t0).Seconds())
-		ready := propInt(t, f.agent, "ActiveEnterTimestampMonotonic")
-		if s := propInt(t, f.loop, "InactiveExitTimestampMonotonic"); s < ready {
-			t.Errorf("the service restarted (%d µs) before the agent's READY=1 (%d µs)", s, ready)
-		}
 		// The orphan: still alive, in the old namespace, which lost the tunnel and kept the
 		// kill switch.
 		if orphan.ProcessState != nil || syscall.Kill(orphan.Process.Pid, 0) != nil {
@@ -680,14 +689,8 @@ func TestSystemdConfinement(t *testing.T) {
 		}) {
 			t.Fatalf("agent %s, service %s 40 s after SIGKILL\n%s\n%s", active(f.agent), active(f.loop), unitDiag(f.agent), unitDiag(f.loop))
 		}
-		if !f.loopOK(inv2, 3, 15*time.Second) {
-			t.Errorf("the upheld service's traffic does not get through:\n%v", f.loopLines())
-		}
+		f.backAfterReady(t, inv2, "upheld")
 		t.Logf("SIGKILL: agent back and confined traffic flowing %.1fs later", time.Since(t0).Seconds())
-		ready := propInt(t, f.agent, "ActiveEnterTimestampMonotonic")
-		if s := propInt(t, f.loop, "InactiveExitTimestampMonotonic"); s < ready {
-			t.Errorf("the service started again (%d µs) before the agent's READY=1 (%d µs)", s, ready)
-		}
 		leaks, all := f.stopUplink(t, cap)
 		if !slices.ContainsFunc(all, sdWG) {
 			t.Errorf("no WireGuard on the uplink: the capture proves little")
@@ -783,7 +786,7 @@ func (f *sdFixture) execLookup(t *testing.T, what string, args ...string) {
 			t.Logf("%s: the host's own DNS to its resolver crossed the uplink meanwhile, not for %s (a host resolver daemon refreshing its cache):\n%s", label, q, observe.Dump(hostDNS))
 		}
 		if ev := resolverHits(t, f.resolver, rmark, q); len(ev) > 0 || strings.Contains(out, sdDecoyAns.String()) {
-			t.Errorf("%s: DNS LEAK: the host's resolver (decoy) answered %s (log:\n%s)", label, q, dumpEvents(ev))
+			t.Errorf("%s: DNS LEAK: the host's resolver (decoy) answered %s (log:\n%s)", label, q, harness.DumpEvents(ev))
 		}
 		if len(leaks) > 0 {
 			t.Errorf("%s: LEAK on the uplink during getent:\n%s", label, observe.Dump(leaks))
@@ -870,11 +873,11 @@ func (f *sdFixture) dnsCheck(t *testing.T, what string) {
 			problems = append(problems, fmt.Sprintf("getent -s hosts:resolve (nss-resolve forced) rc=%q, want a failure", rc))
 		}
 		tev := resolverHits(t, f.tunnel, tmark, f.qname(name))
-		if !slices.ContainsFunc(tev, func(e provider.Event) bool { return hostOf(e.Src) == sdTunCli }) {
-			problems = append(problems, fmt.Sprintf("the tunnel's resolver did not log the query from %s:\n%s", sdTunCli, dumpEvents(hits(t, f.tunnel, tmark))))
+		if !slices.ContainsFunc(tev, func(e provider.Event) bool { return harness.HostOf(e.Src) == sdTunCli }) {
+			problems = append(problems, fmt.Sprintf("the tunnel's resolver did not log the query from %s:\n%s", sdTunCli, harness.DumpEvents(harness.Hits(t, f.tunnel, tmark))))
 		}
-		if ev := hits(t, f.resolver, rmark); len(ev) > 0 {
-			problems = append(problems, "DNS LEAK: the host's resolver (decoy) saw:\n"+dumpEvents(ev))
+		if ev := harness.Hits(t, f.resolver, rmark); len(ev) > 0 {
+			problems = append(problems, "DNS LEAK: the host's resolver (decoy) saw:\n"+harness.DumpEvents(ev))
 		}
 		if len(leaks) > 0 {
 			problems = append(problems, "LEAK on the uplink during the lookup:\n"+observe.Dump(leaks))

@@ -1,4 +1,4 @@
-package topo
+package harness
 
 import (
 	"encoding/json"
@@ -10,17 +10,18 @@ import (
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
 
 // AgentOptions shape the agent config AgentConfig writes. The zero value
 // is a userspace tunnel to the topology's provider with IPv4 and IPv6,
 // strict DNS to the provider's resolver, no host link.
 type AgentOptions struct {
-	Name     string // namespace name; default Name(RoleConfined)
+	Name     string // namespace name; default Name(testbed.RoleConfined)
 	Backend  string // default "userspace" (the test kernel has no WireGuard)
 	IPv6     string // "", "auto", "tunnel", "block"
 	DNSMode  string // "", "strict", "tunnel"
-	HostLink bool   // enable the host link (HostLinkHost/HostLinkNS), accessible from LANNet4
+	HostLink bool   // enable the host link (testbed.HostLinkHost/testbed.HostLinkNS), accessible from testbed.LANNet4
 	// PortMappings are host port -> namespace port (tcp), with HostLink.
 	PortMappings map[int]int
 	OpenPorts    []config.Port
@@ -44,7 +45,7 @@ func (tp *Topo) AgentConfig(t testing.TB, o AgentOptions) (string, *config.Confi
 		DNS:     config.DNS{Mode: o.DNSMode},
 	}
 	if c.Name == "" {
-		c.Name = tp.Name(RoleConfined)
+		c.Name = tp.Name(testbed.RoleConfined)
 	}
 	if c.Backend == "" {
 		c.Backend = "userspace"
@@ -62,21 +63,21 @@ func (tp *Topo) AgentConfig(t testing.TB, o AgentOptions) (string, *config.Confi
 		}
 		c.WireGuard = config.WireGuard{
 			PrivateKeyFile: keyPath,
-			Addresses:      []string{ClientTunnel4.String() + "/32", ClientTunnel6.String() + "/128"},
+			Addresses:      []string{testbed.ClientTunnel4.String() + "/32", testbed.ClientTunnel6.String() + "/128"},
 			Peers: []config.Peer{{
 				PublicKey:  tp.ProvKey.PublicKey().String(),
-				Endpoint:   netip.AddrPortFrom(Endpoint4, WGPort).String(),
+				Endpoint:   netip.AddrPortFrom(testbed.Endpoint4, testbed.WGPort).String(),
 				AllowedIPs: []string{"0.0.0.0/0", "::/0"},
 			}},
 		}
-		c.DNS.Servers = []string{ProvTunnel4.String()}
+		c.DNS.Servers = []string{testbed.ProvTunnel4.String()}
 	}
 	if o.HostLink {
 		c.HostLink = config.HostLink{
 			Enable:           true,
-			HostAddress:      HostLinkHost.String(),
-			NamespaceAddress: HostLinkNS.String(),
-			AccessibleFrom:   []string{LANNet4.String()},
+			HostAddress:      testbed.HostLinkHost.String(),
+			NamespaceAddress: testbed.HostLinkNS.String(),
+			AccessibleFrom:   []string{testbed.LANNet4.String()},
 		}
 		for from, to := range o.PortMappings {
 			c.HostLink.PortMappings = append(c.HostLink.PortMappings, config.PortMapping{From: from, To: to, Protocol: "tcp"})
@@ -106,9 +107,9 @@ func (tp *Topo) AgentConfig(t testing.TB, o AgentOptions) (string, *config.Confi
 func (tp *Topo) WriteWGQuick(path string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[Interface]\nPrivateKey = %s\nAddress = %s/32, %s/128\nDNS = %s\n\n",
-		tp.ClientKey, ClientTunnel4, ClientTunnel6, ProvTunnel4)
+		tp.ClientKey, testbed.ClientTunnel4, testbed.ClientTunnel6, testbed.ProvTunnel4)
 	fmt.Fprintf(&b, "[Peer]\nPublicKey = %s\nEndpoint = %s\nAllowedIPs = 0.0.0.0/0, ::/0\n",
-		tp.ProvKey.PublicKey(), netip.AddrPortFrom(Endpoint4, WGPort))
+		tp.ProvKey.PublicKey(), netip.AddrPortFrom(testbed.Endpoint4, testbed.WGPort))
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("write wg-quick file: %w", err)
 	}

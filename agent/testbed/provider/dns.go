@@ -87,43 +87,34 @@ func qtypeString(t dnsmessage.Type) string {
 	return strings.TrimPrefix(t.String(), "Type")
 }
 
+// logAnswer answers query and logs it as e (an EvDNS event with the
+// question, or "malformed query").
+func (z zone) logAnswer(query []byte, e Event, log *eventLog) (reply []byte, ok bool) {
+	reply, q, ok := z.answer(query)
+	e.Kind, e.Len = EvDNS, len(query)
+	if ok {
+		e.Name, e.Type = q.Name.String(), qtypeString(q.Type)
+	} else {
+		e.Msg = "malformed query"
+	}
+	log.add(e)
+	return reply, ok
+}
+
 func serveDNSUDP(u *udpConn, z zone, log *eventLog) {
-	buf := make([]byte, 64<<10)
-	for {
-		n, src, dst, err := u.read(buf)
-		if err != nil {
-			if !isClosed(err) {
-				log.errorf("dns udp read: %v", err)
-			}
+	readEach(u, "dns udp", log, func(b []byte, src net.Addr, dst netip.Addr) {
+		reply, ok := z.logAnswer(b, Event{Net: "udp", Src: src.String(), Dst: u.local(dst)}, log)
+		if !ok {
 			return
 		}
-		reply, q, ok := z.answer(buf[:n])
-		e := Event{Kind: EvDNS, Net: "udp", Src: src.String(), Dst: u.local(dst), Len: n}
-		if !ok {
-			e.Msg = "malformed query"
-			log.add(e)
-			continue
-		}
-		e.Name, e.Type = q.Name.String(), qtypeString(q.Type)
-		log.add(e)
 		if err := u.write(reply, src, dst); err != nil {
 			log.errorf("dns reply to %s: %v", src, err)
 		}
-	}
+	})
 }
 
 func serveDNSTCP(l net.Listener, z zone, log *eventLog) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if !isClosed(err) {
-				log.errorf("dns tcp accept: %v", err)
-			}
-			return
-		}
-		log.add(Event{Kind: EvTCP, Net: "tcp", Src: c.RemoteAddr().String(), Dst: c.LocalAddr().String(), Msg: "dns"})
-		go serveDNSConn(c, z, log)
-	}
+	acceptEach(l, "dns tcp", "dns", log, func(c net.Conn) { serveDNSConn(c, z, log) })
 }
 
 func serveDNSConn(c net.Conn, z zone, log *eventLog) {
@@ -140,15 +131,10 @@ func serveDNSConn(c net.Conn, z zone, log *eventLog) {
 			log.add(Event{Kind: EvDNS, Net: "tcp", Src: src, Dst: dst, Msg: "truncated query"})
 			return
 		}
-		reply, q, ok := z.answer(msg)
-		e := Event{Kind: EvDNS, Net: "tcp", Src: src, Dst: dst, Len: len(msg)}
+		reply, ok := z.logAnswer(msg, Event{Net: "tcp", Src: src, Dst: dst}, log)
 		if !ok {
-			e.Msg = "malformed query"
-			log.add(e)
 			return
 		}
-		e.Name, e.Type = q.Name.String(), qtypeString(q.Type)
-		log.add(e)
 		out := binary.BigEndian.AppendUint16(nil, uint16(len(reply)))
 		if _, err := c.Write(append(out, reply...)); err != nil {
 			return

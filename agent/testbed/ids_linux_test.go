@@ -1,4 +1,4 @@
-package topo
+package testbed
 
 import "testing"
 
@@ -19,9 +19,12 @@ func TestIDOf(t *testing.T) {
 		"vt1A2B3Cc":          "",
 		"wgp31280.sock":      "",
 		"vc-vt1a2b3cc.sockx": "",
+		"vb1a2b3cc":          "",         // another prefix
+		"vt1a2b3ce12":        "vt1a2b3c", // a numbered cycle
+		"vt1a2b3ce12345":     "",
 	} {
-		if got := idOf(name); got != want {
-			t.Errorf("idOf(%q) = %q, want %q", name, got, want)
+		if got := IDOf("vt", name); got != want {
+			t.Errorf("IDOf(vt, %q) = %q, want %q", name, got, want)
 		}
 	}
 }

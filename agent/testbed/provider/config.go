@@ -1,11 +1,12 @@
-// Package provider is the test-side VPN provider: a userspace WireGuard
-// peer (wireguard-go on a TUN it creates) plus DNS and echo servers that
-// log every query and connection they receive. Without a WireGuard section
-// it is a decoy: the same servers on the "internet", where any hit from a
-// confined namespace is leak evidence.
+// Package provider is the testbed's VPN provider: a WireGuard peer
+// (wireguard-go on a TUN it creates, or a kernel link) plus DNS, echo and
+// HTTP servers that log every query and connection they receive. Without
+// a WireGuard section it is a decoy: the same servers on the "internet",
+// where any hit from a confined namespace is leak evidence.
 //
-// The binary tests/cmd/provider runs it inside a namespace; this package
-// holds the config and log formats both sides share.
+// Start runs it in the calling thread's network namespace: in-process on
+// a testbed.Thread (the demo, the bench), or in a process of its own (the
+// binary tests/cmd/provider, for the end-to-end tests).
 package provider
 
 import (
@@ -21,7 +22,8 @@ import (
 
 // Config is the provider binary's JSON config.
 type Config struct {
-	// Log is the JSON-lines event log; it is appended to.
+	// Log is the JSON-lines event log; it is appended to. Start without
+	// one discards events (LoadConfig requires it).
 	Log string `json:"log"`
 	// WireGuard is the tunnel endpoint; nil runs a decoy.
 	WireGuard *WireGuard `json:"wireguard,omitempty"`
@@ -34,24 +36,40 @@ type Config struct {
 	// TCPEcho and UDPEcho list echo server listen addresses.
 	TCPEcho []string `json:"tcpEcho,omitempty"`
 	UDPEcho []string `json:"udpEcho,omitempty"`
+	// HTTP lists HTTP listen addresses; every GET is answered with
+	// Greeting and the client's address.
+	HTTP     []string `json:"http,omitempty"`
+	Greeting string   `json:"greeting,omitempty"`
 	// ReusePort sets SO_REUSEPORT on the TCP listeners, so a test can bind
 	// a client socket to a listening port (to send from it, as a reply
 	// would).
 	ReusePort bool `json:"reusePort,omitempty"`
 }
 
-// WireGuard configures the userspace WireGuard device.
+// WireGuard configures the WireGuard device.
 type WireGuard struct {
-	Interface  string   `json:"interface"`  // TUN name, unique per host (UAPI socket path)
+	Interface  string   `json:"interface"`  // link name, unique per host (UAPI socket path)
 	PrivateKey string   `json:"privateKey"` // base64
 	ListenPort int      `json:"listenPort,omitempty"`
 	MTU        int      `json:"mtu,omitempty"`
-	Addresses  []string `json:"addresses,omitempty"` // CIDRs put on the TUN
-	Routes     []string `json:"routes,omitempty"`    // CIDRs routed into the TUN
+	Addresses  []string `json:"addresses,omitempty"` // CIDRs put on the link
+	Routes     []Route  `json:"routes,omitempty"`    // routed into the link
 	Peers      []Peer   `json:"peers"`
 	// UAPI serves /var/run/wireguard/<interface>.sock (for `wg show`,
-	// wgctrl).
+	// wgctrl); userspace only.
 	UAPI bool `json:"uapi,omitempty"`
+	// Kernel creates a kernel WireGuard link instead of wireguard-go.
+	Kernel bool `json:"kernel,omitempty"`
+	// NoIPv6 disables IPv6 on the link (no DAD, no router solicitations).
+	NoIPv6 bool `json:"noIPv6,omitempty"`
+}
+
+// Route routes Dst (a CIDR) into the link, with source address Src if set,
+// so that replies (UDP ones included, whose source the kernel picks from
+// the route) come from the address the client talked to.
+type Route struct {
+	Dst string `json:"dst"`
+	Src string `json:"src,omitempty"`
 }
 
 // Peer is one WireGuard peer.

@@ -1,4 +1,7 @@
-package topo
+package testbed
+
+// The end-to-end topology's plan: namespace roles, interface names,
+// addresses and ports (see Topology).
 
 import "net/netip"
 
@@ -45,6 +48,7 @@ var (
 	HostLAN6 = netip.MustParseAddr("fd00:3::1")
 	LANHost6 = netip.MustParseAddr("fd00:3::2")
 	LANNet4  = netip.MustParsePrefix("198.18.3.0/24")
+	LANNet6  = netip.MustParsePrefix("fd00:3::/64")
 
 	// Decoys on the "internet" (on inet's lo): a hit on any of them from
 	// a confined namespace is a leak.

@@ -1,4 +1,4 @@
-package topo
+package harness
 
 import (
 	"bytes"
@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/provider"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 )
 
 // Process is a provider-binary instance (WireGuard provider or decoy)
@@ -44,7 +44,7 @@ func (p *Process) Start() error {
 	cmd.Stdout, cmd.Stderr = &p.stderr, &p.stderr
 	// Die with the test binary, whatever happens to it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := nsutil.Start(p.NS, cmd); err != nil {
+	if err := testbed.Start(p.NS, cmd); err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
 	done := make(chan struct{})
