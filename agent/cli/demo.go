@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
@@ -22,12 +23,18 @@ import (
 // tunnel. Nothing touches this machine's own network.
 func cmdDemo(args []string, out io.Writer) int {
 	fs, _, _ := flags("demo")
+	var user []string
+	if i := indexOf(args, "--"); i >= 0 {
+		args, user = args[:i], args[i+1:]
+		if len(user) == 0 {
+			return fail(&config.FieldError{Field: "demo", Msg: "nothing after --", Fix: "e.g. vpn-agent demo -- curl http://target.demo/"})
+		}
+	}
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
-	user := fs.Args()
-	if len(user) > 0 && user[0] == "--" {
-		user = user[1:]
+	if fs.NArg() > 0 {
+		return fail(&config.FieldError{Field: "demo", Msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0)), Fix: "put the command to run after --, e.g. vpn-agent demo -- " + strings.Join(fs.Args(), " ")})
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -52,11 +59,16 @@ func cmdDemo(args []string, out io.Writer) int {
 		return fail(err)
 	}
 	ctx := context.Background()
+	// The agent runs in the lab's simulated host namespace; the narration
+	// shows each command exactly as it runs.
+	shown := func(argv ...string) string {
+		return strings.Join(l.HostCommand(ctx, argv...).Args, " ")
+	}
 	run := func(argv ...string) (string, error) {
+		say("%s", shown(argv...))
 		b, err := l.HostCommand(ctx, argv...).CombinedOutput()
 		return strings.TrimSpace(string(b)), err
 	}
-	say("vpn-agent up --config %s", cfg)
 	if o, err := run(self, "up", "--log-level", "warn", "--config", cfg); err != nil {
 		return fail(fmt.Errorf("demo: up: %v: %s", err, o))
 	} else {
@@ -64,20 +76,24 @@ func cmdDemo(args []string, out io.Writer) int {
 	}
 	defer func() {
 		o, _ := run(self, "down", "--log-level", "warn", name)
-		say("vpn-agent down %s", name)
 		fmt.Fprintln(out, indent(o))
 		fmt.Fprintln(out, indent("removed the demo namespaces; nothing is left"))
 	}()
-	ok := true
 	if len(user) > 0 {
-		say("vpn-agent exec %s -- %s", name, strings.Join(user, " "))
-		cmd := l.HostCommand(ctx, append([]string{self, "exec", name, "--"}, user...)...)
+		argv := append([]string{self, "exec", name, "--"}, user...)
+		say("%s", shown(argv...))
+		cmd := l.HostCommand(ctx, argv...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, out, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(out, indent("command failed: "+err.Error()))
-			ok = false
+		err := cmd.Run()
+		rc := cmd.ProcessState.ExitCode()
+		if err != nil && rc < 0 {
+			return fail(fmt.Errorf("demo: run %s: %w", user[0], err))
 		}
-	} else {
+		say("%s exited with status %d (confined to %s; this demo checked nothing else)", user[0], rc, name)
+		return rc
+	}
+	ok := true
+	{
 		target := "http://" + testbed.LabTarget + "/"
 		say("inside %s, from this process: fetch %s, resolving through the namespace's %s", name, target, names.ResolvConf(name))
 		o, err := waitFor(5*time.Second, func() (string, error) { return fetchIn(name, target, 3*time.Second) })
@@ -88,7 +104,6 @@ func cmdDemo(args []string, out io.Writer) int {
 		o, err = connectIn(name, host, 3*time.Second)
 		fmt.Fprintln(out, indent(o))
 		ok = ok && err != nil
-		say("vpn-agent status %s", name)
 		o, _ = run(self, "status", name)
 		fmt.Fprintln(out, indent(o))
 		say("kill switch: stopping the provider's WireGuard peer, then fetching again (must fail, nothing leaks)")
