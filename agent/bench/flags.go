@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/flagparse"
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
 )
 
@@ -65,35 +66,21 @@ func newFlags() *cliFlags {
 	}
 }
 
-// parseArgs parses flags anywhere on the line; everything after "--" is
-// positional. Help goes to stdout (exit 0); a bad flag is one line naming
-// it on stderr (exit 2). It returns an exit code to stop with, or -1.
+// parseArgs parses flags anywhere on the line (flagparse.Interleaved).
+// Help goes to stdout (exit 0); a bad flag is one line naming it on stderr
+// (exit 2). It returns an exit code to stop with, or -1.
 func parseArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) int {
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(stdout)
-				fmt.Fprint(stdout, usage)
-				fs.PrintDefaults()
-				return ExitOK
-			}
-			fmt.Fprintf(stderr, "vpn-bench: %v (see vpn-bench --help)\n", err)
-			return ExitBadInput
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			pos = append(pos, rest...) // after "--": all positional
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
+	err := flagparse.Interleaved(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return ExitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "vpn-bench: %v (see vpn-bench --help)\n", err)
+		return ExitBadInput
 	}
-	fs.Parse(append([]string{"--"}, pos...))
 	return -1
 }
 

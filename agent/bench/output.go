@@ -3,36 +3,15 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
 )
 
-// WriteFile writes data to path atomically (temporary file, rename).
-func WriteFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".bench-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
+// WriteFile writes data to path atomically (mode 0644).
+func WriteFile(path string, data []byte) error { return atomicfile.Write(path, data, 0o644) }
 
 // WriteResult writes benchmark.json and the SVG chart.
 func WriteResult(res *Result, jsonPath, svgPath string) error {

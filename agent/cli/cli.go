@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/flagparse"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
 )
@@ -125,32 +126,19 @@ func flags(name string) (*flag.FlagSet, *string, *string) {
 	return fs, level, format
 }
 
-// parse parses flags anywhere on the line (`status NAME --json` as well as
-// `status --json NAME`); everything after "--" is positional. It returns an
-// exit code to stop with, or -1 to go on.
+// parse parses flags anywhere on the line (flagparse.Interleaved). Help
+// goes to stdout; a bad flag is one line on stderr. It returns an exit code
+// to stop with, or -1 to go on.
 func parse(fs *flag.FlagSet, args []string) int {
-	fs.SetOutput(io.Discard)
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printHelp(os.Stdout, fs)
-				return ExitOK
-			}
-			fmt.Fprintf(os.Stderr, "%s: %v (see %s --help)\n", fs.Name(), err, fs.Name())
-			return ExitBadInput
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			pos = append(pos, rest...) // after "--": all positional
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
+	err := flagparse.Interleaved(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printHelp(os.Stdout, fs)
+		return ExitOK
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "%s: %v (see %s --help)\n", fs.Name(), err, fs.Name())
+		return ExitBadInput
 	}
-	fs.Parse(append([]string{"--"}, pos...))
 	return -1
 }
 

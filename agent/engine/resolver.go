@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
@@ -69,10 +70,10 @@ func writeResolver(s *config.Spec) (created bool, err error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return created, fmt.Errorf("read /etc/nsswitch.conf: %w", err)
 	}
-	if err := writeFileAtomic(names.ResolvConf(s.Name), ResolvConf(s), 0o644); err != nil {
+	if err := atomicfile.Write(names.ResolvConf(s.Name), ResolvConf(s), 0o644); err != nil {
 		return created, err
 	}
-	return created, writeFileAtomic(names.NSSwitch(s.Name), NSSwitch(hostNSS), 0o644)
+	return created, atomicfile.Write(names.NSSwitch(s.Name), NSSwitch(hostNSS), 0o644)
 }
 
 // removeResolver removes our two files and the directory if it is empty.

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
@@ -44,7 +44,7 @@ func writeState(s *State) error {
 		return fmt.Errorf("create %s: %w", names.StateDir(s.Name), err)
 	}
 	b, _ := json.MarshalIndent(s, "", "  ")
-	return writeFileAtomic(names.StateFile(s.Name), append(b, '\n'), 0o644)
+	return atomicfile.Write(names.StateFile(s.Name), append(b, '\n'), 0o644)
 }
 
 // removeState removes the state file, and the runtime directory if that
@@ -70,27 +70,4 @@ func ListStates() []string {
 		}
 	}
 	return out
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
