@@ -231,6 +231,13 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 			return err
 		}
 		j.add(StepHostLink, undo)
+		if len(s.HostLink.Mappings) > 0 {
+			// DNAT'd connections from the LAN are forwarded by the host.
+			j.add(StepHostLink, func() error { return sys.links.ReleaseForwarding(s.Name) })
+			if err := sys.links.EnableForwarding(s.Name); err != nil {
+				return err
+			}
+		}
 	}
 	if err := step(StepHostLink); err != nil {
 		return err
@@ -411,6 +418,7 @@ func (e *Engine) removeAll(name, iface string, tunnelStopped bool) (left []strin
 		return ok
 	}
 	add("host policy", removeHostPolicy(sys.fw, name))
+	add("ip_forward", sys.links.ReleaseForwarding(name))
 	if ours(names.HostVeth(name)) {
 		add("host link", sys.links.DeleteHostLink(names.HostVeth(name)))
 	}

@@ -31,6 +31,7 @@ type world struct {
 	resolver   map[string]bool
 	state      map[string]bool
 	owner      map[string]bool // owner marks
+	forwarding map[string]bool // users of the host's ip_forward
 
 	calls      []string
 	violations []string
@@ -42,7 +43,7 @@ func newWorld() *world {
 	return &world{
 		ns: map[string]bool{}, tables: map[string]bool{}, tunnels: map[string]bool{},
 		configured: map[string]bool{}, hostLinks: map[string]bool{}, resolver: map[string]bool{},
-		state: map[string]bool{}, fail: map[string]error{}, aliases: map[string]string{}, owner: map[string]bool{},
+		state: map[string]bool{}, fail: map[string]error{}, aliases: map[string]string{}, owner: map[string]bool{}, forwarding: map[string]bool{},
 	}
 }
 
@@ -63,7 +64,7 @@ func hostTable(ns string) string { return " " + names.HostTable(ns) }
 // snapshot lists everything that exists, sorted, for comparisons.
 func (w *world) snapshot() string {
 	var out []string
-	for what, m := range map[string]map[string]bool{"netns": w.ns, "table": w.tables, "tunnel": w.tunnels, "configured": w.configured, "hostlink": w.hostLinks, "resolver": w.resolver, "state": w.state, "owner": w.owner} {
+	for what, m := range map[string]map[string]bool{"netns": w.ns, "table": w.tables, "tunnel": w.tunnels, "configured": w.configured, "hostlink": w.hostLinks, "resolver": w.resolver, "state": w.state, "owner": w.owner, "ip_forward": w.forwarding} {
 		for k, v := range m {
 			if v {
 				out = append(out, what+" "+k)
@@ -181,6 +182,20 @@ func (f fakeLinks) DeleteHostLink(hostIf string) error {
 	}
 	delete(f.hostLinks, hostIf)
 	delete(f.aliases, hostIf)
+	return nil
+}
+func (f fakeLinks) EnableForwarding(ns string) error {
+	if err := f.call("forwarding.enable " + ns); err != nil {
+		return err
+	}
+	f.forwarding[ns] = true
+	return nil
+}
+func (f fakeLinks) ReleaseForwarding(ns string) error {
+	if err := f.call("forwarding.release " + ns); err != nil {
+		return err
+	}
+	delete(f.forwarding, ns)
 	return nil
 }
 func (f fakeLinks) HostLinkAlias(name string) (bool, string) {

@@ -178,12 +178,6 @@ func createHostLink(s *config.Spec) (func() error, error) {
 			return fail(fmt.Errorf("route %s via %s: %w", p, hl.HostAddr.Addr(), err))
 		}
 	}
-	if len(hl.Mappings) > 0 {
-		// DNAT'd connections from the LAN are forwarded by the host.
-		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
-			return fail(fmt.Errorf("enable net.ipv4.ip_forward for port mappings: %w", err))
-		}
-	}
 	return undo, nil
 }
 

@@ -51,6 +51,11 @@ type links interface {
 	// HostLinkAlias says whether link name exists in the host's
 	// namespace, and its alias (names.LinkAlias marks the agent's).
 	HostLinkAlias(name string) (exists bool, alias string)
+	// EnableForwarding turns the host's net.ipv4.ip_forward on for the
+	// port mappings of namespace ns; ReleaseForwarding restores its
+	// previous value when ns was its last user (forward_linux.go).
+	EnableForwarding(ns string) error
+	ReleaseForwarding(ns string) error
 }
 
 // tunnels creates and removes WireGuard links.
@@ -141,6 +146,20 @@ func (netlinkLinks) CreateHostLink(s *config.Spec) (func() error, error) {
 	return createHostLink(s)
 }
 func (netlinkLinks) DeleteHostLink(hostIf string) error { return deleteHostLink(hostIf) }
+func (netlinkLinks) EnableForwarding(ns string) error {
+	f, err := hostForwarding()
+	if err != nil {
+		return err
+	}
+	return f.acquire(ns)
+}
+func (netlinkLinks) ReleaseForwarding(ns string) error {
+	f, err := hostForwarding()
+	if err != nil {
+		return err
+	}
+	return f.release(ns)
+}
 func (netlinkLinks) HostLinkAlias(name string) (bool, string) {
 	l, err := netlink.LinkByName(name)
 	if err != nil {

@@ -76,16 +76,12 @@ func OwnerFile(ns string) string { return filepath.Join(StateDir(ns), "owner") }
 // creates for namespace ns: down deletes a host link only if it carries it.
 func LinkAlias(ns string) string { return "vpn-confinement:" + ns }
 
-// ForwardState records, for the host network namespace with inode id,
-// net.ipv4.ip_forward's value before the agent set it and the namespaces
-// whose port mappings need it; ForwardLock serialises its users.
+// ForwardState records, for the host network namespace with inode id
+// (the sysctl is per network namespace), net.ipv4.ip_forward's value
+// before the agent set it and the namespaces whose port mappings need it.
+// Its users hold a flock on RuntimeDir while they change it.
 func ForwardState(id uint64) string {
 	return filepath.Join(RuntimeDir, "ip_forward-"+strconv.FormatUint(id, 10)+".json")
-}
-
-// ForwardLock is the lock of ForwardState(id).
-func ForwardLock(id uint64) string {
-	return filepath.Join(RuntimeDir, "ip_forward-"+strconv.FormatUint(id, 10)+".lock")
 }
 
 // AgentLog is the log of the detached agent `up` starts for namespace ns.
