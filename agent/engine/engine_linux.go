@@ -239,6 +239,13 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 			}
 		}
 	}
+	if inst.Adopted && (s.HostLink == nil || len(s.HostLink.Mappings) == 0) {
+		// Converge: an earlier up of this namespace may have had port
+		// mappings; this config has none, so it no longer needs forwarding.
+		if err := sys.links.ReleaseForwarding(s.Name); err != nil {
+			return err
+		}
+	}
 	if err := step(StepHostLink); err != nil {
 		return err
 	}

@@ -121,3 +121,19 @@ func TestEngineForwardingUsers(t *testing.T) {
 		t.Errorf("Up without port mappings enabled forwarding: %s", strings.Join(w.calls, ", "))
 	}
 }
+
+// Up again without port mappings converges: the namespace no longer uses
+// the host's forwarding.
+func TestEngineForwardingConverges(t *testing.T) {
+	w, e, inst := upFake(t)
+	inst.Release()
+	s := testSpec(true)
+	s.HostLink.Mappings = nil
+	inst, err := e.Up(context.Background(), s, "")
+	if err != nil || !inst.Adopted {
+		t.Fatalf("second Up: %v", err)
+	}
+	if w.forwarding["torrent"] {
+		t.Errorf("Up without port mappings kept the namespace a user of ip_forward")
+	}
+}
