@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,5 +119,32 @@ func TestOwnershipDownNeverUp(t *testing.T) {
 	t.Cleanup(func() { killStray(t, upPID(o.Stdout)) })
 	if o = c.ag.MustCmd(t, "down", c.name); !strings.Contains(o.Stdout, "namespace "+c.name+" down") {
 		t.Errorf("down after up: %s", o)
+	}
+}
+
+// Issue 12 item 13: an agent that finds the namespace locked by another
+// one that has not written its pid yet never says "(pid )".
+func TestOwnershipBusyLockMessage(t *testing.T) {
+	t.Parallel()
+	c := newConfined(t, topo.AgentOptions{})
+	must(t, os.MkdirAll(names.RuntimeDir, 0o755))
+	f, err := os.OpenFile(names.Lock(c.name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	must(t, err)
+	t.Cleanup(func() { f.Close(); os.Remove(names.Lock(c.name)) })
+	must(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX))
+
+	o := c.ag.Cmd("run", "--config", c.path)
+	if o.ExitCode() != 1 || !strings.Contains(o.Stderr, "another vpn-agent is starting it") || strings.Contains(o.Stderr, "(pid )") {
+		t.Errorf("run against a lock whose holder has not written its pid: want exit 1 and \"another vpn-agent is starting it\":\n%s", o)
+	}
+	// Positive control: once the holder's pid is written, it is named.
+	_, err = f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	must(t, err)
+	o = c.ag.Cmd("run", "--config", c.path)
+	if want := "(pid " + strconv.Itoa(os.Getpid()) + ")"; o.ExitCode() != 1 || !strings.Contains(o.Stderr, want) {
+		t.Errorf("run against a lock held by pid %d: want exit 1 and %q:\n%s", os.Getpid(), want, o)
+	}
+	if nsutil.Mounted(c.name) || exists(names.OwnerFile(c.name)) {
+		t.Errorf("a run refused by the lock made the namespace or its owner mark")
 	}
 }
