@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/flagparse"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
@@ -37,9 +38,9 @@ type command struct {
 // functions look commands up for --help.
 func commands() []command {
 	return []command{
-		{"run", "--config FILE", "run and supervise a namespace (systemd Type=notify)", cmdRun},
-		{"up", "--config FILE [--timeout D]", "bring a namespace up and return", cmdUp},
-		{"down", "NAME [--timeout D]", "tear a namespace down completely", cmdDown},
+		{"run", "--config FILE [--adopt]", "run and supervise a namespace (systemd Type=notify)", cmdRun},
+		{"up", "--config FILE [--timeout D] [--adopt]", "bring a namespace up and return", cmdUp},
+		{"down", "NAME [--timeout D] [--force]", "tear a namespace down completely", cmdDown},
 		{"exec", "NAME -- CMD [ARG...]", "run a command inside a namespace", cmdExec},
 		{"status", "[NAME...] [--json]", "show namespace health (exit 1 if degraded)", cmdStatus},
 		{"validate", "--config FILE [--config FILE...] [--static]", "check configs (and conflicts between them); change nothing", cmdValidate},
@@ -183,7 +184,9 @@ func fail(err error) int {
 func isBadInput(err error) bool {
 	var fe *config.FieldError
 	var we *wgquick.Error
-	return errors.As(err, &fe) || errors.As(err, &we)
+	var no *engine.NotOwnedError
+	var nu *engine.NotUpError
+	return errors.As(err, &fe) || errors.As(err, &we) || errors.As(err, &no) || errors.As(err, &nu)
 }
 
 // loadSpec loads the config named by --config.

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ func cmdRun(args []string, out io.Writer) int {
 	fs, level, format := flags("run")
 	cfg := fs.String("config", "", "config file (JSON)")
 	interval := fs.Duration("check-interval", time.Second, "how often the watchdog checks the namespace")
+	adopt := fs.Bool("adopt", false, adoptHelp)
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
@@ -32,6 +34,7 @@ func cmdRun(args []string, out io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	eng.Adopt = *adopt
 	if err := daemon.Run(context.Background(), eng, s, daemon.Options{ConfigPath: abs, Interval: *interval, Log: log}); err != nil {
 		return fail(err)
 	}
@@ -42,6 +45,7 @@ func cmdUp(args []string, out io.Writer) int {
 	fs, level, format := flags("up")
 	cfg := fs.String("config", "", "config file (JSON)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a detached userspace agent to become ready")
+	adopt := fs.Bool("adopt", false, adoptHelp)
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
@@ -49,6 +53,7 @@ func cmdUp(args []string, out io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	eng.Adopt = *adopt
 	backend, err := eng.Backend(s)
 	if err != nil {
 		return fail(err)
@@ -67,9 +72,13 @@ func cmdUp(args []string, out io.Writer) int {
 		} else if err == nil {
 			l.Release(true)
 		}
+		// Refuse here, in one line, what the detached agent would refuse.
+		if err := eng.CheckOwnership(s); err != nil {
+			return fail(err)
+		}
 		// The userspace data plane lives in a process: start a detached
 		// `vpn-agent run` and wait for its READY=1.
-		pid, err := startDetached(abs, s.Name, *timeout)
+		pid, err := startDetached(abs, s.Name, *timeout, *adopt)
 		if err != nil {
 			return fail(err)
 		}
@@ -88,6 +97,7 @@ func cmdUp(args []string, out io.Writer) int {
 func cmdDown(args []string, out io.Writer) int {
 	fs, level, format := flags("down")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for a running agent to stop")
+	force := fs.Bool("force", false, "a namespace that is not up is not an error (nothing to remove, exit 0)")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
@@ -95,12 +105,22 @@ func cmdDown(args []string, out io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := newEngine(newLogger(*level, *format)).Down(name, *timeout); err != nil {
+	res, err := newEngine(newLogger(*level, *format)).Down(name, *timeout, *force)
+	if err != nil {
 		return fail(err)
+	}
+	if len(res.Left) > 0 {
+		fmt.Fprintf(os.Stderr, "vpn-agent: warning: left %s alone: not created by vpn-agent\n", strings.Join(res.Left, ", "))
+	}
+	if res.NotUp {
+		fmt.Fprintf(out, "namespace %s is not up: nothing to remove\n", name)
+		return ExitOK
 	}
 	fmt.Fprintf(out, "namespace %s down\n", name)
 	return ExitOK
 }
+
+const adoptHelp = "take over a namespace, or host links named after it, that vpn-agent did not create (their routes, addresses and firewall are replaced)"
 
 // prepare is what run and up share: a logger, the resolved config (its
 // warnings logged), an engine and the config's absolute path for state.
@@ -128,7 +148,7 @@ func newEngine(log *slog.Logger) *engine.Engine {
 
 // startDetached starts `vpn-agent run` in its own session and waits for
 // READY=1 on a private notify socket, as systemd would.
-func startDetached(cfg, name string, timeout time.Duration) (int, error) {
+func startDetached(cfg, name string, timeout time.Duration, adopt bool) (int, error) {
 	// The notify socket lives in a root-only directory under the runtime
 	// dir, never in /tmp, where another user could put a socket of their
 	// own at the name once this one is gone.
@@ -161,7 +181,11 @@ func startDetached(cfg, name string, timeout time.Duration) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(self, "run", "--config", cfg)
+	argv := []string{"run", "--config", cfg}
+	if adopt {
+		argv = append(argv, "--adopt")
+	}
+	cmd := exec.Command(self, argv...)
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -42,6 +43,10 @@ type Engine struct {
 	// namespace (the daemon); Down signals it. Zero: none, except that a
 	// userspace data plane always records its own process.
 	HolderPID int
+	// Adopt lets Up take over a namespace, and host links of its derived
+	// names, that vpn-agent did not create (--adopt). Without it Up
+	// refuses them with a *NotOwnedError (see owner.go).
+	Adopt bool
 
 	kernelOnce sync.Once
 	kernelErr  error
@@ -88,7 +93,8 @@ func (e *Engine) Backend(s *config.Spec) (config.Backend, error) {
 // held until Release (or Down). On error, everything this call created is
 // removed again and an adopted namespace keeps its kill switch.
 func (e *Engine) Up(ctx context.Context, s *config.Spec, configPath string) (inst *Instance, err error) {
-	lock, err := e.sys().lock(s.Name)
+	sys := e.sys()
+	lock, err := sys.lock(s.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +103,21 @@ func (e *Engine) Up(ctx context.Context, s *config.Spec, configPath string) (ins
 			lock.Release(true) // a failed up leaves nothing, not even the lock file
 		}
 	}()
+	if err := e.checkOwnership(sys, s); err != nil {
+		return nil, err
+	}
+	// The owner mark goes first, so that whatever a crash leaves from here
+	// on is marked, and the next up or down takes it over or removes it.
+	if !sys.files.Owned(s.Name) {
+		if err := sys.files.WriteOwner(s.Name); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				sys.files.RemoveOwner(s.Name)
+			}
+		}()
+	}
 	backend, err := e.Backend(s)
 	if err != nil {
 		return nil, err
@@ -179,6 +200,14 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 		return err
 	}
 
+	// A tunnel link the agent left on the host (a crash between creating
+	// it and moving it in) is removed; one it did not make stays, unless
+	// adopted, and the tunnel's creation then reports it.
+	if ok, alias := sys.links.HostLinkAlias(s.Interface); ok && s.Interface == names.Tunnel(s.Name) && (alias == names.LinkAlias(s.Name) || e.Adopt) {
+		if err := sys.tunnels.RemoveStaleHostLink(s.Name, s.Interface); err != nil {
+			return err
+		}
+	}
 	t, err := sys.tunnels.Ensure(ctx, s, backend, log)
 	if err != nil {
 		return err
@@ -202,6 +231,20 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 			return err
 		}
 		j.add(StepHostLink, undo)
+		if len(s.HostLink.Mappings) > 0 {
+			// DNAT'd connections from the LAN are forwarded by the host.
+			j.add(StepHostLink, func() error { return sys.links.ReleaseForwarding(s.Name) })
+			if err := sys.links.EnableForwarding(s.Name); err != nil {
+				return err
+			}
+		}
+	}
+	if inst.Adopted && (s.HostLink == nil || len(s.HostLink.Mappings) == 0) {
+		// Converge: an earlier up of this namespace may have had port
+		// mappings; this config has none, so it no longer needs forwarding.
+		if err := sys.links.ReleaseForwarding(s.Name); err != nil {
+			return err
+		}
 	}
 	if err := step(StepHostLink); err != nil {
 		return err
@@ -268,7 +311,9 @@ func (e *Engine) Teardown(inst *Instance) error {
 		}
 		inst.reclaimed = gone
 	}
-	errs = append(errs, e.removeAll(inst.Spec.Name, inst.Spec.Interface, inst.Tunnel != nil))
+	left, err := e.removeAll(inst.Spec.Name, inst.Spec.Interface, inst.Tunnel != nil)
+	warnLeft(e.log(), inst.Spec.Name, left)
+	errs = append(errs, err)
 	inst.lock.Release(true)
 	return errors.Join(errs...)
 }
@@ -286,20 +331,38 @@ func (inst *Instance) Reclaimed() <-chan struct{} {
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Down removes a namespace by name, whoever brought it up. If a running
-// agent holds it, that agent is asked to stop (SIGTERM) and awaited.
-func (e *Engine) Down(name string, timeout time.Duration) error {
+// agent holds it, that agent is asked to stop (SIGTERM) and awaited. It
+// removes only what vpn-agent made: a namespace without its owner mark is
+// not up (*NotUpError; force: not an error, nothing removed), and host
+// links without the agent's alias are left and listed in the result.
+func (e *Engine) Down(name string, timeout time.Duration, force bool) (DownResult, error) {
+	left, notUp, err := e.down(name, timeout, force)
+	return DownResult{NotUp: notUp, Left: left}, err
+}
+
+// DownResult is what Down did besides removing: NotUp says the namespace
+// was not up (with force: nothing was removed), Left lists the objects of
+// its name it left because vpn-agent did not make them.
+type DownResult struct {
+	NotUp bool
+	Left  []string
+}
+
+func (e *Engine) down(name string, timeout time.Duration, force bool) (left []string, notUp bool, err error) {
 	if err := config.ValidateName(name); err != nil {
-		return err
+		return nil, false, err
 	}
-	lock, err := TryLock(name)
-	if errors.Is(err, ErrBusy) {
+	sys := e.sys()
+	lock, err := sys.lock(name)
+	held := errors.Is(err, ErrBusy) // an agent manages it: it is up
+	if held {
 		pid := HolderPID(name)
 		if pid <= 0 || pid == os.Getpid() {
-			return err
+			return nil, false, err
 		}
 		e.log().Info("asking the running agent to stop", "namespace", name, "pid", pid)
 		if serr := syscall.Kill(pid, syscall.SIGTERM); serr != nil && !errors.Is(serr, syscall.ESRCH) {
-			return fmt.Errorf("signal agent pid %d: %w", pid, serr)
+			return nil, false, fmt.Errorf("signal agent pid %d: %w", pid, serr)
 		}
 		deadline := time.Now().Add(timeout)
 		lock, err = WaitLock(name, timeout)
@@ -310,21 +373,41 @@ func (e *Engine) Down(name string, timeout time.Duration) error {
 		}
 	}
 	if err != nil {
-		return err
+		return nil, false, err
+	}
+	defer lock.Release(true)
+	if !held && !sys.files.Owned(name) {
+		if sys.ns.Exists(name) {
+			left = append(left, "namespace "+name)
+		}
+		for _, l := range foreignHostLinks(sys, name, nil) {
+			left = append(left, "link "+l)
+		}
+		if force {
+			return left, true, nil
+		}
+		return nil, true, &NotUpError{Name: name, Left: left}
 	}
 	iface := names.Tunnel(name)
 	if st, err := ReadState(name); err == nil && st.Interface != "" {
 		iface = st.Interface
 	}
-	err = e.removeAll(name, iface, false)
-	lock.Release(true)
-	return err
+	left, err = e.removeAll(name, iface, false)
+	return left, false, err
+}
+
+// warnLeft logs, in one line, the host links of a namespace that down left
+// because vpn-agent did not make them.
+func warnLeft(log *slog.Logger, name string, left []string) {
+	if len(left) > 0 {
+		log.Warn("left what vpn-agent did not create", "namespace", name, "objects", strings.Join(left, ", "))
+	}
 }
 
 // removeAll deletes every trace of a namespace by name. Each part is
 // attempted even if an earlier one fails. tunnelStopped says the caller
 // has stopped this process's tunnel and its link is going away already.
-func (e *Engine) removeAll(name, iface string, tunnelStopped bool) error {
+func (e *Engine) removeAll(name, iface string, tunnelStopped bool) (left []string, err error) {
 	sys := e.sys()
 	var errs []error
 	add := func(what string, err error) {
@@ -332,9 +415,23 @@ func (e *Engine) removeAll(name, iface string, tunnelStopped bool) error {
 			errs = append(errs, fmt.Errorf("%s: %w", what, err))
 		}
 	}
+	// Host links are deleted only if they carry the agent's alias.
+	ours := func(l string) bool {
+		ok, alias := sys.links.HostLinkAlias(l)
+		if ok && alias != names.LinkAlias(name) {
+			left = append(left, "link "+l)
+			return false
+		}
+		return ok
+	}
 	add("host policy", removeHostPolicy(sys.fw, name))
-	add("host link", sys.links.DeleteHostLink(names.HostVeth(name)))
-	add("stale tunnel link", sys.tunnels.RemoveStaleHostLink(name, iface))
+	add("ip_forward", sys.links.ReleaseForwarding(name))
+	if ours(names.HostVeth(name)) {
+		add("host link", sys.links.DeleteHostLink(names.HostVeth(name)))
+	}
+	if iface == names.Tunnel(name) && ours(iface) {
+		add("stale tunnel link", sys.tunnels.RemoveStaleHostLink(name, iface))
+	}
 	if !tunnelStopped && sys.ns.Exists(name) {
 		// Delete the tunnel before the namespace: processes still inside
 		// keep the namespace alive, and must lose the tunnel, not keep it.
@@ -345,10 +442,14 @@ func (e *Engine) removeAll(name, iface string, tunnelStopped bool) error {
 	add("resolver files", sys.files.RemoveResolver(name))
 	add("netns", sys.ns.Delete(name))
 	add("state", sys.files.RemoveState(name))
-	add("runtime dir", sys.files.RemoveStateDir(name))
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("down %s: %w", name, err)
+	if len(errs) > 0 {
+		// The owner mark stays with what is left, so that the next down
+		// (or up) still takes it for the agent's.
+		return left, fmt.Errorf("down %s: %w", name, errors.Join(errs...))
+	}
+	if err := sys.files.RemoveStateDir(name); err != nil {
+		return left, fmt.Errorf("down %s: runtime dir: %w", name, err)
 	}
 	e.log().Info("namespace down", "namespace", name)
-	return nil
+	return left, nil
 }

@@ -92,6 +92,7 @@ func TestUpAdoptedKeepsKillSwitch(t *testing.T) {
 		t.Run("after-"+step, func(t *testing.T) {
 			w := newWorld()
 			w.ns["torrent"] = true
+			w.owner["torrent"] = true
 			w.tables[killSwitch("torrent")] = true
 			e := w.engine()
 			e.AfterStep = failAfter(step)
@@ -99,7 +100,7 @@ func TestUpAdoptedKeepsKillSwitch(t *testing.T) {
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("Up: %v, want the injected error", err)
 			}
-			if want := "netns torrent\ntable " + killSwitch("torrent"); w.snapshot() != want {
+			if want := "netns torrent\nowner torrent\ntable " + killSwitch("torrent"); w.snapshot() != want {
 				t.Errorf("after a failed Up in an adopted namespace:\n%s\nwant:\n%s\ncalls: %s", w.snapshot(), want, strings.Join(w.calls, ", "))
 			}
 			if i := w.index("fw.create " + killSwitch("torrent")); i >= 0 {

@@ -27,8 +27,11 @@ type world struct {
 	tunnels    map[string]bool // namespace/interface
 	configured map[string]bool // tunnels that carry traffic (addresses, up, routes)
 	hostLinks  map[string]bool
+	aliases    map[string]string // host link -> its alias (the agent's mark)
 	resolver   map[string]bool
 	state      map[string]bool
+	owner      map[string]bool // owner marks
+	forwarding map[string]bool // users of the host's ip_forward
 
 	calls      []string
 	violations []string
@@ -40,7 +43,7 @@ func newWorld() *world {
 	return &world{
 		ns: map[string]bool{}, tables: map[string]bool{}, tunnels: map[string]bool{},
 		configured: map[string]bool{}, hostLinks: map[string]bool{}, resolver: map[string]bool{},
-		state: map[string]bool{}, fail: map[string]error{},
+		state: map[string]bool{}, fail: map[string]error{}, aliases: map[string]string{}, owner: map[string]bool{}, forwarding: map[string]bool{},
 	}
 }
 
@@ -61,7 +64,7 @@ func hostTable(ns string) string { return " " + names.HostTable(ns) }
 // snapshot lists everything that exists, sorted, for comparisons.
 func (w *world) snapshot() string {
 	var out []string
-	for what, m := range map[string]map[string]bool{"netns": w.ns, "table": w.tables, "tunnel": w.tunnels, "configured": w.configured, "hostlink": w.hostLinks, "resolver": w.resolver, "state": w.state} {
+	for what, m := range map[string]map[string]bool{"netns": w.ns, "table": w.tables, "tunnel": w.tunnels, "configured": w.configured, "hostlink": w.hostLinks, "resolver": w.resolver, "state": w.state, "owner": w.owner, "ip_forward": w.forwarding} {
 		for k, v := range m {
 			if v {
 				out = append(out, what+" "+k)
@@ -170,6 +173,7 @@ func (f fakeLinks) CreateHostLink(s *config.Spec) (func() error, error) {
 		f.violate("host link %s up without the kill switch", s.HostLink.HostIf)
 	}
 	f.hostLinks[s.HostLink.HostIf] = true
+	f.aliases[s.HostLink.HostIf] = names.LinkAlias(s.Name)
 	return func() error { return f.DeleteHostLink(s.HostLink.HostIf) }, nil
 }
 func (f fakeLinks) DeleteHostLink(hostIf string) error {
@@ -177,7 +181,25 @@ func (f fakeLinks) DeleteHostLink(hostIf string) error {
 		return err
 	}
 	delete(f.hostLinks, hostIf)
+	delete(f.aliases, hostIf)
 	return nil
+}
+func (f fakeLinks) EnableForwarding(ns string) error {
+	if err := f.call("forwarding.enable " + ns); err != nil {
+		return err
+	}
+	f.forwarding[ns] = true
+	return nil
+}
+func (f fakeLinks) ReleaseForwarding(ns string) error {
+	if err := f.call("forwarding.release " + ns); err != nil {
+		return err
+	}
+	delete(f.forwarding, ns)
+	return nil
+}
+func (f fakeLinks) HostLinkAlias(name string) (bool, string) {
+	return f.hostLinks[name], f.aliases[name]
 }
 
 type fakeTunnels struct{ *world }
@@ -206,7 +228,12 @@ func (f fakeTunnels) Destroy(ns, iface string) error {
 	return nil
 }
 func (f fakeTunnels) RemoveStaleHostLink(ns, iface string) error {
-	return f.call("tunnel.remove-stale " + iface)
+	if err := f.call("tunnel.remove-stale " + iface); err != nil {
+		return err
+	}
+	delete(f.hostLinks, iface)
+	delete(f.aliases, iface)
+	return nil
 }
 
 // fakeTunnel is a tunnel in the fake world. Kill closes Done, as a
@@ -263,6 +290,26 @@ func (f fakeFiles) RemoveStateDir(name string) error {
 		return err
 	}
 	delete(f.state, name)
+	delete(f.owner, name)
+	return nil
+}
+func (f fakeFiles) Owned(name string) bool { return f.owner[name] }
+func (f fakeFiles) WriteOwner(name string) error {
+	if err := f.call("files.owner " + name); err != nil {
+		return err
+	}
+	// Nothing of the namespace may exist before its mark.
+	if f.state[name] || f.resolver[name] || f.tables[killSwitch(name)] {
+		f.violate("owner mark of %s written after the agent made something of it", name)
+	}
+	f.owner[name] = true
+	return nil
+}
+func (f fakeFiles) RemoveOwner(name string) error {
+	if err := f.call("files.remove-owner " + name); err != nil {
+		return err
+	}
+	delete(f.owner, name)
 	return nil
 }
 

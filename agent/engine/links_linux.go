@@ -6,9 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.org/x/sys/unix"
 )
@@ -94,35 +96,51 @@ func syncAddrs(h *netlink.Handle, link netlink.Link, want []netip.Prefix) error 
 func createHostLink(s *config.Spec) (func() error, error) {
 	hl := s.HostLink
 	if l, err := netlink.LinkByName(hl.HostIf); err == nil {
-		// A stale pair from an earlier crash: ours by name, replace it.
+		// A stale pair from an earlier crash, ours (Up checked its alias)
+		// or adopted: replace it.
 		netlink.LinkDel(l)
 	}
+	// The pair is made inside the namespace and the host end, once it
+	// carries the agent's alias, moved out: no unmarked vh- link ever
+	// exists on the host (the kernel ignores an alias given at creation).
+	h, err := netns.Handle(s.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
 	la := netlink.NewLinkAttrs()
 	la.Name = hl.HostIf
-	veth := &netlink.Veth{LinkAttrs: la, PeerName: hl.NSIf}
-	if err := netlink.LinkAdd(veth); err != nil {
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: hl.NSIf}); err != nil {
 		return nil, fmt.Errorf("create veth %q: %w", hl.HostIf, err)
 	}
 	undo := func() error {
-		if l, err := netlink.LinkByName(hl.HostIf); err == nil {
+		if l, err := netlink.LinkByName(hl.HostIf); err == nil && l.Attrs().Alias == names.LinkAlias(s.Name) {
 			return netlink.LinkDel(l)
 		}
 		return nil
 	}
-	fail := func(err error) (func() error, error) { undo(); return nil, err }
-
-	peer, err := netlink.LinkByName(hl.NSIf)
-	if err != nil {
-		return fail(fmt.Errorf("find veth peer %q: %w", hl.NSIf, err))
+	fail := func(err error) (func() error, error) {
+		if l, err := h.LinkByName(hl.NSIf); err == nil {
+			h.LinkDel(l) // the pair, if the host end never left
+		}
+		undo()
+		return nil, err
 	}
-	ns, err := netns.Open(s.Name)
+	out, err := h.LinkByName(hl.HostIf)
 	if err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("find veth %q: %w", hl.HostIf, err))
 	}
-	err = netlink.LinkSetNsFd(peer, int(ns))
-	ns.Close()
+	if err := h.LinkSetAlias(out, names.LinkAlias(s.Name)); err != nil {
+		return fail(fmt.Errorf("mark veth %q: %w", hl.HostIf, err))
+	}
+	hostNS, err := openHostNS()
 	if err != nil {
-		return fail(fmt.Errorf("move %q into netns %q: %w", hl.NSIf, s.Name, err))
+		return fail(fmt.Errorf("open the host namespace: %w", err))
+	}
+	err = h.LinkSetNsFd(out, hostNS)
+	unix.Close(hostNS)
+	if err != nil {
+		return fail(fmt.Errorf("move %q to the host namespace: %w", hl.HostIf, err))
 	}
 	host, err := netlink.LinkByName(hl.HostIf)
 	if err != nil {
@@ -142,11 +160,6 @@ func createHostLink(s *config.Spec) (func() error, error) {
 	if err := netlink.LinkSetUp(host); err != nil {
 		return fail(fmt.Errorf("set %q up: %w", hl.HostIf, err))
 	}
-	h, err := netns.Handle(s.Name)
-	if err != nil {
-		return fail(err)
-	}
-	defer h.Close()
 	in, err := h.LinkByName(hl.NSIf)
 	if err != nil {
 		return fail(err)
@@ -165,13 +178,17 @@ func createHostLink(s *config.Spec) (func() error, error) {
 			return fail(fmt.Errorf("route %s via %s: %w", p, hl.HostAddr.Addr(), err))
 		}
 	}
-	if len(hl.Mappings) > 0 {
-		// DNAT'd connections from the LAN are forwarded by the host.
-		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
-			return fail(fmt.Errorf("enable net.ipv4.ip_forward for port mappings: %w", err))
-		}
-	}
 	return undo, nil
+}
+
+// openHostNS opens the calling thread's (the host's) network namespace.
+// Not /proc/self: that is the main thread's, and the runtime keeps a main
+// thread that a namespace-switching goroutine (netns.Do) locked and left
+// in another namespace.
+func openHostNS() (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 }
 
 // deleteHostLink removes the host end of the veth (the kernel removes the

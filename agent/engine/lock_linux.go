@@ -27,26 +27,37 @@ func TryLock(name string) (*Lock, error) {
 	if err := os.MkdirAll(names.RuntimeDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", names.RuntimeDir, err)
 	}
-	p := names.Lock(name)
+	return tryLockAt(names.Lock(name), name)
+}
+
+// busyWait is how long a second agent waits for the lock holder's pid to
+// appear: the holder writes it just after it took the lock.
+var busyWait = 200 * time.Millisecond
+
+func tryLockAt(p, name string) (*Lock, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("open lock %s: %w", p, err)
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			pid := readPID(f)
-			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, fmt.Errorf("%w (pid %s); stop it first or run vpn-agent down %s", ErrBusy, pid, name)
+				defer f.Close()
+				return nil, busyError(f, name)
 			}
+			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", p, err)
 		}
 		// The holder we waited for may have removed the file (Down does):
 		// then our lock is on an orphan inode, so try again.
 		var a, b unix.Stat_t
 		if unix.Fstat(int(f.Fd()), &a) == nil && unix.Stat(p, &b) == nil && a.Ino == b.Ino {
-			f.Truncate(0)
-			f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+			// Write the pid whole, then cut what an earlier, longer one
+			// left: a reader sees a complete first line at every moment
+			// after the write (readPID wants its newline).
+			line := []byte(strconv.Itoa(os.Getpid()) + "\n")
+			f.WriteAt(line, 0)
+			f.Truncate(int64(len(line)))
 			return &Lock{f: f, path: p}, nil
 		}
 		f.Close()
@@ -106,8 +117,30 @@ func HolderPID(name string) int {
 	return n
 }
 
+// busyError names the lock holder. Between taking the lock and writing
+// its pid the holder's file is empty, or holds the pid of an earlier,
+// gone holder: wait briefly for a live pid, else say one is starting.
+func busyError(f *os.File, name string) error {
+	deadline := time.Now().Add(busyWait)
+	for {
+		if pid, _ := strconv.Atoi(readPID(f)); pid > 0 && (pid == os.Getpid() || unix.Kill(pid, 0) == nil) {
+			return fmt.Errorf("%w (pid %d); stop it first or run vpn-agent down %s", ErrBusy, pid, name)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: another vpn-agent is starting it; wait for it, or run vpn-agent down %s", ErrBusy, name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// readPID returns the lock file's first line if it is complete (ends in
+// a newline), else "".
 func readPID(f *os.File) string {
-	b := make([]byte, 16)
+	b := make([]byte, 24)
 	n, _ := f.ReadAt(b, 0)
-	return strings.TrimSpace(string(b[:n]))
+	line, _, ok := strings.Cut(string(b[:n]), "\n")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(line)
 }

@@ -32,6 +32,9 @@ func (e *Engine) Repair(ctx context.Context, inst *Instance, rep *health.Report)
 	if rep.Has(health.HostLinkMissing) {
 		sys.links.DeleteHostLink(inst.Spec.HostLink.HostIf)
 		_, err := sys.links.CreateHostLink(inst.Spec)
+		if err == nil && len(inst.Spec.HostLink.Mappings) > 0 {
+			err = sys.links.EnableForwarding(inst.Spec.Name)
+		}
 		errs = append(errs, wrap("repair host link", err))
 		hostPolicy = true
 	}

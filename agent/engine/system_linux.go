@@ -3,9 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
@@ -46,6 +49,14 @@ type links interface {
 	CreateHostLink(s *config.Spec) (undo func() error, err error)
 	// DeleteHostLink removes the host end of a veth; missing is fine.
 	DeleteHostLink(hostIf string) error
+	// HostLinkAlias says whether link name exists in the host's
+	// namespace, and its alias (names.LinkAlias marks the agent's).
+	HostLinkAlias(name string) (exists bool, alias string)
+	// EnableForwarding turns the host's net.ipv4.ip_forward on for the
+	// port mappings of namespace ns; ReleaseForwarding restores its
+	// previous value when ns was its last user (forward_linux.go).
+	EnableForwarding(ns string) error
+	ReleaseForwarding(ns string) error
 }
 
 // tunnels creates and removes WireGuard links.
@@ -70,8 +81,15 @@ type files interface {
 	RemoveState(name string) error
 	// RemoveUAPISocket removes a userspace tunnel's control socket.
 	RemoveUAPISocket(iface string) error
-	// RemoveStateDir removes the namespace's runtime directory and all in it.
+	// RemoveStateDir removes the namespace's runtime directory and all in
+	// it, the owner mark too.
 	RemoveStateDir(name string) error
+	// Owned says the namespace's owner mark exists; WriteOwner writes it
+	// (before anything of the namespace is made), RemoveOwner removes it
+	// (a failed first up) and the runtime directory if that leaves it empty.
+	Owned(name string) bool
+	WriteOwner(name string) error
+	RemoveOwner(name string) error
 }
 
 // system is everything the engine changes outside its own memory. A zero
@@ -129,6 +147,27 @@ func (netlinkLinks) CreateHostLink(s *config.Spec) (func() error, error) {
 	return createHostLink(s)
 }
 func (netlinkLinks) DeleteHostLink(hostIf string) error { return deleteHostLink(hostIf) }
+func (netlinkLinks) EnableForwarding(ns string) error {
+	f, err := hostForwarding()
+	if err != nil {
+		return err
+	}
+	return f.acquire(ns)
+}
+func (netlinkLinks) ReleaseForwarding(ns string) error {
+	f, err := hostForwarding()
+	if err != nil {
+		return err
+	}
+	return f.release(ns)
+}
+func (netlinkLinks) HostLinkAlias(name string) (bool, string) {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return false, ""
+	}
+	return true, l.Attrs().Alias
+}
 
 type wgTunnels struct{}
 
@@ -177,3 +216,20 @@ func (runtimeFiles) RemoveUAPISocket(iface string) error {
 	return nil
 }
 func (runtimeFiles) RemoveStateDir(name string) error { return os.RemoveAll(names.StateDir(name)) }
+func (runtimeFiles) Owned(name string) bool {
+	_, err := os.Lstat(names.OwnerFile(name))
+	return err == nil
+}
+func (runtimeFiles) WriteOwner(name string) error {
+	if err := os.MkdirAll(names.StateDir(name), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", names.StateDir(name), err)
+	}
+	return atomicfile.Write(names.OwnerFile(name), []byte("vpn-agent made namespace "+name+"\n"), 0o644)
+}
+func (runtimeFiles) RemoveOwner(name string) error {
+	if err := os.Remove(names.OwnerFile(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	os.Remove(names.StateDir(name)) // only if empty
+	return nil
+}

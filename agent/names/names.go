@@ -4,7 +4,10 @@
 // concatenates them, so a name changes in one place.
 package names
 
-import "path/filepath"
+import (
+	"path/filepath"
+	"strconv"
+)
 
 // Fixed directories and table names.
 const (
@@ -63,6 +66,23 @@ func StateDir(ns string) string { return filepath.Join(RuntimeDir, ns) }
 
 // StateFile records what the agent manages for namespace ns.
 func StateFile(ns string) string { return filepath.Join(StateDir(ns), "state.json") }
+
+// OwnerFile marks namespace ns as the agent's: written before the agent
+// creates anything for ns, removed last on down. Without it the agent
+// neither adopts nor deletes an existing namespace or link of that name.
+func OwnerFile(ns string) string { return filepath.Join(StateDir(ns), "owner") }
+
+// LinkAlias is the alias (IFLA_IFALIAS) of every host-side link the agent
+// creates for namespace ns: down deletes a host link only if it carries it.
+func LinkAlias(ns string) string { return "vpn-confinement:" + ns }
+
+// ForwardState records, for the host network namespace with inode id
+// (the sysctl is per network namespace), net.ipv4.ip_forward's value
+// before the agent set it and the namespaces whose port mappings need it.
+// Its users hold a flock on RuntimeDir while they change it.
+func ForwardState(id uint64) string {
+	return filepath.Join(RuntimeDir, "ip_forward-"+strconv.FormatUint(id, 10)+".json")
+}
 
 // AgentLog is the log of the detached agent `up` starts for namespace ns.
 func AgentLog(ns string) string { return filepath.Join(StateDir(ns), "agent.log") }

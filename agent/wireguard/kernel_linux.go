@@ -3,6 +3,7 @@ package wireguard
 import (
 	"errors"
 	"fmt"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
@@ -33,6 +34,12 @@ func createKernel(s *config.Spec, cfg wgtypes.Config, nsName string) (Tunnel, er
 			netlink.LinkDel(link)
 		}
 	}()
+	// Marked as the agent's at once (the kernel ignores an alias given at
+	// creation): should a crash leave it in the host namespace, down
+	// removes it, and nothing unmarked.
+	if err := netlink.LinkSetAlias(link, names.LinkAlias(nsName)); err != nil {
+		return nil, fmt.Errorf("mark wireguard link %q: %w", s.Interface, err)
+	}
 	// Configure while the link is still in the host namespace: the kernel
 	// binds the UDP socket in the namespace the link was created in, and
 	// it stays there after the move (the birthplace trick).

@@ -23,7 +23,7 @@ func TestAgentDown(t *testing.T) {
 		assertPresent(t, c)
 		must(t, c.d.Stop())
 		assertGone(t, c, "after SIGTERM to `run`")
-		c.ag.MustCmd(t, "down", c.name) // idempotent: nothing left to remove
+		c.ag.MustCmd(t, "down", "--force", c.name) // idempotent with --force: nothing left to remove
 		assertGone(t, c, "after SIGTERM and down")
 	})
 	t.Run("down-while-running", func(t *testing.T) {

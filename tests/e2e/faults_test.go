@@ -428,13 +428,17 @@ func TestFaultStaleLeftovers(t *testing.T) {
 	tp := s.tp
 	id := tp.ID
 	stray := "sx-" + id // the host end of a foreign veth into the stale namespace (named for cleanup)
+	// Objects made by hand, not by vpn-agent, are taken over only with
+	// --adopt (ownership_test.go: without it, run refuses them).
 	cases := []struct {
 		name  string
+		adopt bool
 		setup func(t *testing.T)
 		check func(t *testing.T, w *window)
 	}{
 		{
-			name: "precreated-netns-with-escape-route",
+			name:  "precreated-netns-with-escape-route",
+			adopt: true,
 			setup: func(t *testing.T) {
 				for _, args := range [][]string{
 					{"ip", "netns", "add", s.name},
@@ -473,7 +477,8 @@ func TestFaultStaleLeftovers(t *testing.T) {
 			},
 		},
 		{
-			name: "stale-host-link",
+			name:  "stale-host-link",
+			adopt: true,
 			setup: func(t *testing.T) {
 				tp.Exec(t, tp.Host, "ip", "link", "add", names.HostVeth(s.name), "type", "veth", "peer", "name", names.NSVeth(s.name))
 				tp.Exec(t, tp.Host, "ip", "addr", "add", testbed.HostLinkHost.String(), "dev", names.HostVeth(s.name))
@@ -492,7 +497,8 @@ func TestFaultStaleLeftovers(t *testing.T) {
 			// namespace (wireguard.createKernel) leaves: a WireGuard link
 			// named vc-NAME in the host namespace. Without the kernel
 			// module, a persistent TUN of that name stands in for it.
-			name: "tunnel-name-taken-in-host-namespace",
+			name:  "tunnel-name-taken-in-host-namespace",
+			adopt: true,
 			setup: func(t *testing.T) {
 				if _, err := harness.Output(tp.Host, "ip", "link", "add", names.Tunnel(s.name), "type", "wireguard"); err != nil {
 					tp.Exec(t, tp.Host, "ip", "tuntap", "add", "dev", names.Tunnel(s.name), "mode", "tun")
@@ -539,7 +545,11 @@ func TestFaultStaleLeftovers(t *testing.T) {
 		ok := t.Run(c.name, func(t *testing.T) {
 			c.setup(t)
 			w := s.open(t, "stale "+c.name)
-			d, err := s.ag.Start(s.path)
+			var extra []string
+			if c.adopt {
+				extra = append(extra, "--adopt")
+			}
+			d, err := s.ag.Start(s.path, extra...)
 			if err != nil {
 				closeClean(t, w, s)
 				t.Fatalf("`run` over %s: %v", c.name, err)
