@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
 )
 
@@ -19,7 +19,7 @@ func TestHostForwardingRestored(t *testing.T) {
 	s := newSite(t, siteOptions{})
 	host := s.tp.Host
 	forward := func() string {
-		out, err := nsutil.Output(host, "sysctl", "-n", "net.ipv4.ip_forward")
+		out, err := harness.Output(host, "sysctl", "-n", "net.ipv4.ip_forward")
 		if err != nil {
 			t.Fatalf("sysctl: %v: %s", err, out)
 		}
@@ -27,7 +27,7 @@ func TestHostForwardingRestored(t *testing.T) {
 	}
 	// The topology's host forwards; a host that does not is what matters.
 	s.tp.Exec(t, host, "sysctl", "-qw", "net.ipv4.ip_forward=0")
-	t.Cleanup(func() { nsutil.Output(host, "sysctl", "-qw", "net.ipv4.ip_forward=1") })
+	t.Cleanup(func() { harness.Output(host, "sysctl", "-qw", "net.ipv4.ip_forward=1") })
 	if r := inboundAllowed(s); r.Reached() {
 		t.Fatalf("positive control: the mapped port answers before the agent: %v", r)
 	}
@@ -38,7 +38,7 @@ func TestHostForwardingRestored(t *testing.T) {
 			t.Errorf("%s: ip_forward=%s while port mappings are up, want 1", how, got)
 		}
 		// Positive control: the mapping works, so forwarding was needed.
-		if r := eventually(3*time.Second, func() probe.Result { return inboundAllowed(s) }); !r.Reached() {
+		if r := harness.Eventually(3*time.Second, func() probe.Result { return inboundAllowed(s) }); !r.Reached() {
 			t.Errorf("%s: the mapped port does not answer from the LAN: %v", how, r)
 		}
 		if how == "sigterm" {

@@ -10,8 +10,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
 // Issue 12 item 7: vpn-agent neither adopts nor deletes what it did not
@@ -30,7 +29,7 @@ func refused(t *testing.T, o agentproc.Output, want string) {
 
 func TestOwnershipHandMadeNamespace(t *testing.T) {
 	t.Parallel()
-	c := newConfined(t, topo.AgentOptions{HostLink: true, PortMappings: map[int]int{8080: 80}})
+	c := newConfined(t, harness.AgentOptions{HostLink: true, PortMappings: map[int]int{8080: 80}})
 	if out, err := execOut("ip", "netns", "add", c.name); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}
@@ -44,7 +43,7 @@ func TestOwnershipHandMadeNamespace(t *testing.T) {
 
 	refused(t, c.ag.Cmd("up", "--config", c.path), "namespace "+c.name+" exists and was not created by vpn-agent; pass --adopt")
 	refused(t, c.ag.Cmd("down", c.name), "namespace "+c.name+" is not up")
-	if !nsutil.Mounted(c.name) {
+	if !harness.Mounted(c.name) {
 		t.Fatal("down deleted a namespace vpn-agent did not create")
 	}
 	if after := inside(); after != before {
@@ -69,7 +68,7 @@ func TestOwnershipHandMadeNamespace(t *testing.T) {
 
 func TestOwnershipHandMadeHostLinks(t *testing.T) {
 	t.Parallel()
-	c := newConfined(t, topo.AgentOptions{HostLink: true})
+	c := newConfined(t, harness.AgentOptions{HostLink: true})
 	vh := names.HostVeth(c.name)
 	c.tp.Exec(t, c.tp.Host, "ip", "link", "add", vh, "type", "veth", "peer", "name", "vx-"+c.tp.ID)
 	links := func() string { return c.tp.Exec(t, c.tp.Host, "ip", "-o", "link", "show") }
@@ -105,7 +104,7 @@ func TestOwnershipHandMadeHostLinks(t *testing.T) {
 // --force.
 func TestOwnershipDownNeverUp(t *testing.T) {
 	t.Parallel()
-	c := newConfined(t, topo.AgentOptions{})
+	c := newConfined(t, harness.AgentOptions{})
 	refused(t, c.ag.Cmd("down", c.name), "namespace "+c.name+" is not up (nothing of it exists)")
 	o := c.ag.Cmd("down", "--force", c.name)
 	if o.Err != nil || !strings.Contains(o.Stdout, "nothing to remove") || o.Stderr != "" {
@@ -126,7 +125,7 @@ func TestOwnershipDownNeverUp(t *testing.T) {
 // one that has not written its pid yet never says "(pid )".
 func TestOwnershipBusyLockMessage(t *testing.T) {
 	t.Parallel()
-	c := newConfined(t, topo.AgentOptions{})
+	c := newConfined(t, harness.AgentOptions{})
 	must(t, os.MkdirAll(names.RuntimeDir, 0o755))
 	f, err := os.OpenFile(names.Lock(c.name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	must(t, err)
@@ -144,7 +143,7 @@ func TestOwnershipBusyLockMessage(t *testing.T) {
 	if want := "(pid " + strconv.Itoa(os.Getpid()) + ")"; o.ExitCode() != 1 || !strings.Contains(o.Stderr, want) {
 		t.Errorf("run against a lock held by pid %d: want exit 1 and %q:\n%s", os.Getpid(), want, o)
 	}
-	if nsutil.Mounted(c.name) || exists(names.OwnerFile(c.name)) {
+	if harness.Mounted(c.name) || exists(names.OwnerFile(c.name)) {
 		t.Errorf("a run refused by the lock made the namespace or its owner mark")
 	}
 }
