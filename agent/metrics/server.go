@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -128,7 +129,7 @@ func listen(l *config.Listen) (net.Listener, error) {
 		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
 			fix = "choose an address the agent may bind"
 		}
-		return &config.FieldError{Field: "metrics.listen", Msg: fmt.Sprintf("cannot listen on %s: %v", l, errors.Unwrap(errors.Unwrap(err))), Fix: fix}
+		return &config.FieldError{Field: "metrics.listen", Msg: fmt.Sprintf("cannot listen on %s: %v", l, cause(err)), Fix: fix}
 	}
 	switch l.Network {
 	case "tcp":
@@ -138,6 +139,10 @@ func listen(l *config.Listen) (net.Listener, error) {
 		}
 		return ln, nil
 	case "unix":
+		// Its directory, e.g. /run/vpn-confinement before the first Up.
+		if err := os.MkdirAll(filepath.Dir(l.Address), 0o755); err != nil {
+			return nil, bad(err)
+		}
 		if err := removeStale(l.Address); err != nil {
 			return nil, &config.FieldError{Field: "metrics.listen", Msg: err.Error(), Fix: "remove the file or choose another path"}
 		}
@@ -153,6 +158,15 @@ func listen(l *config.Listen) (net.Listener, error) {
 		return ln, nil
 	}
 	return nil, &config.FieldError{Field: "metrics.listen", Msg: fmt.Sprintf("unknown network %q", l.Network)}
+}
+
+// cause is err's innermost errno ("address already in use"), else err.
+func cause(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return err
 }
 
 // removeStale removes a socket file at path that no one answers on. Any

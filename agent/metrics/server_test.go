@@ -63,6 +63,16 @@ func TestListenUnix(t *testing.T) {
 	}
 }
 
+func TestListenUnixMakesDir(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vpn-confinement", "m.sock") // as /run/vpn-confinement before the first up
+	s, _ := fakeSpec(t)
+	srv, err := Listen(&config.Listen{Network: "unix", Address: path}, New(s).Handler(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+}
+
 func TestListenTCPInUse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
