@@ -265,3 +265,32 @@ func TestAgentMetricsListenInUse(t *testing.T) {
 		t.Errorf("namespace %s is up after the failed run", c.name)
 	}
 }
+
+// TestAgentMetricsUnixUp: `up`'s detached agent serves metrics on a unix
+// socket (mode 0660) and removes it at down.
+func TestAgentMetricsUnixUp(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "metrics", "agent.sock")
+	c := newConfined(t, topo.AgentOptions{Edit: func(cfg *config.Config) { cfg.Metrics.Listen = "unix:" + sock }})
+	out := c.ag.MustCmd(t, "up", "--config", c.path)
+	pid := upPID(out.Stdout)
+	t.Cleanup(func() { killStray(t, pid) })
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("metrics socket after up: %v %v, want a socket of mode 0660", fi, err)
+	}
+	uc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	if code, body := httpGet(t, uc, "http://agent/readyz"); code != 200 || body != "ready\n" {
+		t.Errorf("/readyz over the socket after up: %d %q", code, body)
+	}
+	if code, text := httpGet(t, uc, "http://agent/metrics"); code != 200 || !strings.Contains(text, fmt.Sprintf("vpn_confinement_server_info{config_file=\"\",endpoint=%q,namespace=%q} 1", c.cfg.WireGuard.Peers[0].Endpoint, c.name)) {
+		t.Errorf("/metrics over the socket: %d\n%s", code, text)
+	}
+	c.ag.MustCmd(t, "down", c.name)
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("metrics socket left after down: %v", err)
+	}
+}
