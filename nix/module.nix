@@ -128,6 +128,7 @@ let
       wireguard = clean {
         inherit (ns.wireguard)
           configFile
+          configFiles
           privateKeyFile
           addresses
           mtu
@@ -137,6 +138,14 @@ let
         peers = map peerJSON ns.wireguard.peers;
       };
       dns = clean { inherit (ns.dns) mode servers search; };
+      health = clean {
+        probe =
+          if ns.health.probe.address == null then
+            null
+          else
+            clean { inherit (ns.health.probe) address interval failures; };
+      };
+      metrics = clean { inherit (ns.metrics) listen; };
       openPorts = map (p: { inherit (p) port protocol; }) ns.openPorts;
       hostLink =
         if ns.hostLink.enable then
@@ -318,7 +327,22 @@ let
               a secret: mode 0600, absolute, outside /nix/store; a plain string
               so it is never copied to the store). Its PreUp/PostUp hooks are
               never run. The structured options below override its values.
-              Set this or {option}`privateKeyFile`.
+              Set this, {option}`configFiles` or {option}`privateKeyFile`.
+            '';
+          };
+          configFiles = mkOption {
+            type = types.listOf types.str;
+            default = [ ];
+            example = [
+              "/run/secrets/proton-ch.conf"
+              "/run/secrets/proton-nl.conf"
+            ];
+            description = ''
+              A pool of servers: runtime paths of wg-quick files, one whole
+              server each (secrets like {option}`configFile`: mode 0600,
+              absolute, outside /nix/store), in order of preference. Instead
+              of {option}`configFile`, and without {option}`privateKeyFile`,
+              {option}`addresses` or {option}`peers`.
             '';
           };
           privateKeyFile = mkOption {
@@ -418,6 +442,45 @@ let
           };
         };
 
+        health.probe = {
+          address = mkOption {
+            type = types.nullOr types.str;
+            default = null;
+            example = "10.2.0.1:53";
+            description = ''
+              An address beyond the tunnel that the agent probes through it:
+              `IP:port` for a TCP connect, an IP alone for ICMP echo (e.g. the
+              provider's resolver). `null`: no probe; the tunnel is judged by
+              WireGuard's handshakes only.
+            '';
+          };
+          interval = mkOption {
+            type = types.nullOr types.str;
+            default = null;
+            example = "30s";
+            description = "Time between probes, a Go duration of 1s–1h (`null`: 30s).";
+          };
+          failures = mkOption {
+            type = types.nullOr (types.ints.between 1 100);
+            default = null;
+            example = 3;
+            description = "Failed probes in a row that make the tunnel dead (`null`: 3).";
+          };
+        };
+
+        metrics.listen = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          example = "127.0.0.1:9586";
+          description = ''
+            Where the agent serves `/metrics` (Prometheus), `/healthz` (200
+            when healthy, 503 with the problems otherwise) and `/readyz`
+            (200 once the namespace is up), in the host's network namespace:
+            `IP:port`, or `unix:/absolute/path` for a socket (mode 0660).
+            Each namespace needs its own address. `null`: off.
+          '';
+        };
+
         openPorts = mkOption {
           type = types.listOf (types.submodule portModule);
           default = [ ];
@@ -513,6 +576,10 @@ let
           value = ns.wireguard.privateKeyFile;
         }
       ]
+      ++ imap0 (i: f: {
+        field = "wireguard.configFiles.${toString i}";
+        value = f;
+      }) ns.wireguard.configFiles
       ++ imap0 (i: p: {
         field = "wireguard.peers.${toString i}.presharedKeyFile";
         value = p.presharedKeyFile;

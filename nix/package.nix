@@ -47,7 +47,7 @@ buildGoModule {
     ];
   };
 
-  vendorHash = "sha256-70Gr/x1nNWJoH+6aWNiMj6KoJis4nVVY40Zmh4JL9ek=";
+  vendorHash = "sha256-nMa2cNgi5SAFo82Dcp0jQ/APt8f+ee6G/cUzAunm2v8=";
 
   subPackages = [ "agent/cmd/${program}" ];
 

@@ -12,6 +12,8 @@ have wg       || need+=(wireguard-tools)
 have ping     || need+=(iputils-ping)
 have getent   || need+=(libc-bin)
 have nsenter  || need+=(util-linux)
+# promtool checks the metrics exposition; prometheus scrapes the agent in e2e.
+{ have promtool && have prometheus; } || need+=(prometheus)
 have nix-instantiate || need+=(nix-bin)
 if [ "${VPNC_WITH_VM:-1}" = 1 ]; then
   have qemu-system-x86_64 || need+=(qemu-system-x86)

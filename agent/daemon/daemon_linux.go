@@ -38,10 +38,16 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 	defer signal.Stop(sigs)
 
 	eng.HolderPID = os.Getpid()
+	mon, err := startMonitor(s, log)
+	if err != nil {
+		return err
+	}
+	defer mon.stop()
 	inst, err := eng.Up(ctx, s, o.ConfigPath)
 	if err != nil {
 		return err
 	}
+	mon.ready(inst)
 	if err := Notify(fmt.Sprintf("READY=1\nSTATUS=namespace %s up (%s backend)\nMAINPID=%d", s.Name, inst.Backend, os.Getpid())); err != nil {
 		log.Warn("sd_notify failed", "err", err)
 	}
@@ -69,9 +75,13 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			return errors.Join(ctx.Err(), teardown(eng, inst, log))
 		case <-dead:
 			log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
-			repair(ctx, eng, inst, health.Check(inst.Spec, inst.Tunnel), log)
+			rep := health.Check(inst.Spec, inst.Tunnel)
+			mon.observe(inst)
+			mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 		case <-tick.C:
-			repair(ctx, eng, inst, health.Check(inst.Spec, inst.Tunnel), log)
+			rep := health.Check(inst.Spec, inst.Tunnel)
+			mon.observe(inst)
+			mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
 			if health.Check(inst.Spec, inst.Tunnel).Healthy() {

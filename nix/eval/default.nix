@@ -255,6 +255,52 @@ let
     endpoint = "198.51.100.1:51820";
   } // extra;
 
+  # The options of issue 13 (a pool, a probe, metrics) and the JSON they
+  # must map to, field for field (newOptionChecks).
+  newOptions = {
+    wireguard = {
+      configFile = null;
+      configFiles = [
+        "/run/secrets/vpn-ch.conf"
+        "/run/secrets/vpn-nl.conf"
+      ];
+    };
+    health.probe = {
+      address = "10.2.0.1:53";
+      interval = "10s";
+      failures = 5;
+    };
+    metrics.listen = "unix:/run/vpn-confinement/vpn.metrics.sock";
+  };
+  newOptionsJSON = {
+    name = "vpn";
+    backend = "auto";
+    ipv6 = "auto";
+    wireguard.configFiles = [
+      "/run/secrets/vpn-ch.conf"
+      "/run/secrets/vpn-nl.conf"
+    ];
+    dns.mode = "strict";
+    health.probe = {
+      address = "10.2.0.1:53";
+      interval = "10s";
+      failures = 5;
+    };
+    metrics.listen = "unix:/run/vpn-confinement/vpn.metrics.sock";
+  };
+  newOptionChecks =
+    let
+      got = (eval (withBase { services.vpnConfinement.namespaces.vpn = newOptions; })).services.vpnConfinement.namespaces.vpn.generatedConfig;
+      # Unset, they are absent from the JSON (the agent's defaults apply).
+      unset = (eval base).services.vpnConfinement.namespaces.vpn.generatedConfig;
+      probeOnly =
+        (eval (withBase { services.vpnConfinement.namespaces.vpn.health.probe.address = "10.2.0.1"; }))
+        .services.vpnConfinement.namespaces.vpn.generatedConfig;
+    in
+    lib.optional (got != newOptionsJSON) "new options: generated ${builtins.toJSON got}, want ${builtins.toJSON newOptionsJSON}"
+    ++ lib.optional (unset ? health || unset ? metrics || unset.wireguard ? configFiles) "new options: unset, yet in the JSON: ${builtins.toJSON unset}"
+    ++ lib.optional (probeOnly.health != { probe.address = "10.2.0.1"; }) "new options: a probe address alone generated ${builtins.toJSON probeOnly.health}";
+
   # What only NixOS knows: each must trip a module assertion containing `expect`.
   cases = {
     secret-in-store = {
@@ -266,6 +312,18 @@ let
         services.vpnConfinement.namespaces.vpn.wireguard.peers = [ (peer { presharedKeyFile = "/nix/store/abc-psk"; }) ];
       };
       expect = "wireguard.peers.0.presharedKeyFile points into the world-readable Nix store";
+    };
+    pool-file-in-store = {
+      config = withBase {
+        services.vpnConfinement.namespaces.vpn.wireguard = {
+          configFile = null;
+          configFiles = [
+            "/run/secrets/a.conf"
+            "/nix/store/abc-b.conf"
+          ];
+        };
+      };
+      expect = "wireguard.configFiles.1 points into the world-readable Nix store";
     };
     unknown-namespace = {
       config = withBase {
@@ -392,6 +450,36 @@ let
             };
           };
       expect = "other.json and vpn.json: wireguard.listenPort / hostLink.portMappings: both use host port udp/51820";
+    };
+    pool-and-file = {
+      config = withBase { services.vpnConfinement.namespaces.vpn.wireguard.configFiles = [ "/run/secrets/b.conf" ]; };
+      expect = "wireguard.configFiles: both configFile and configFiles are set";
+    };
+    probe-address-bad = {
+      config = withBase { services.vpnConfinement.namespaces.vpn.health.probe.address = "resolver"; };
+      expect = "health.probe.address: \"resolver\" is neither";
+    };
+    probe-interval-out-of-range = {
+      config = withBase {
+        services.vpnConfinement.namespaces.vpn.health.probe = {
+          address = "10.2.0.1:53";
+          interval = "2h";
+        };
+      };
+      expect = "health.probe.interval: 2h0m0s is out of range";
+    };
+    metrics-listen-bad = {
+      config = withBase { services.vpnConfinement.namespaces.vpn.metrics.listen = "localhost"; };
+      expect = "metrics.listen: \"localhost\" is not";
+    };
+    same-metrics-listen = {
+      config = twoNamespaces { metrics.listen = "127.0.0.1:9586"; } { metrics.listen = "127.0.0.1:9586"; };
+      expect = "metrics.listen: both serve metrics on 127.0.0.1:9586";
+    };
+    # Positive control: every option of issue 13, accepted by the agent.
+    pool-probe-metrics = {
+      config = withBase { services.vpnConfinement.namespaces.vpn = newOptions; };
+      expect = null;
     };
     same-interface = {
       config = twoNamespaces { interface = "wg0"; } { interface = "wg0"; };
@@ -538,5 +626,6 @@ in
       assertions = [ ];
     };
   };
-  failures = caseFailures ++ buildCaseFailures ++ exampleChecks ++ bypassChecks ++ kernelChecks;
+  failures =
+    caseFailures ++ buildCaseFailures ++ exampleChecks ++ bypassChecks ++ kernelChecks ++ newOptionChecks;
 }

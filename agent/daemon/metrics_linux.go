@@ -1,0 +1,66 @@
+package daemon
+
+import (
+	"log/slog"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/metrics"
+)
+
+// monitor is the daemon's side of metrics.listen: it listens before Up
+// (so a taken address fails before anything is built, and /readyz
+// answers 503 meanwhile), publishes an inspection per check and counts
+// repairs. A nil *monitor (metrics off) does nothing.
+type monitor struct {
+	m   *metrics.Metrics
+	srv *metrics.Server
+}
+
+func startMonitor(s *config.Spec, log *slog.Logger) (*monitor, error) {
+	if s.Metrics == nil {
+		return nil, nil
+	}
+	m := metrics.New(s)
+	srv, err := metrics.Listen(s.Metrics, m.Handler(log), log)
+	if err != nil {
+		return nil, err
+	}
+	return &monitor{m: m, srv: srv}, nil
+}
+
+// ready marks the namespace up and publishes its first inspection.
+func (mo *monitor) ready(inst *engine.Instance) {
+	if mo != nil {
+		mo.observe(inst)
+		mo.m.Ready()
+	}
+}
+
+// observe publishes an inspection of inst as `vpn-agent status` makes it
+// (with the WireGuard peers: handshake and byte counts), so /healthz
+// lists the problems status shows. It runs before the repair of the same
+// check, so a problem found is published even when repaired at once.
+func (mo *monitor) observe(inst *engine.Instance) {
+	if mo == nil {
+		return
+	}
+	mo.m.Publish(health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true}))
+}
+
+// repaired counts the problems of rep that a successful repair fixed.
+func (mo *monitor) repaired(rep *health.Report, ok bool) {
+	if mo == nil || !ok {
+		return
+	}
+	for _, p := range rep.Problems {
+		mo.m.Repaired(p.Kind)
+	}
+}
+
+func (mo *monitor) stop() {
+	if mo != nil {
+		mo.srv.Close()
+	}
+}

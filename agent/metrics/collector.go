@@ -1,0 +1,107 @@
+package metrics
+
+import (
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+const prefix = "vpn_confinement_"
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prefix+name, help, append([]string{"namespace"}, labels...), nil)
+}
+
+var (
+	descUp = desc("up",
+		"1 when the latest health check of the namespace found nothing wrong, 0 otherwise (or before the first check).")
+	descHandshake = desc("tunnel_last_handshake_timestamp_seconds",
+		"Unix time of the latest WireGuard handshake with any peer of the tunnel (absent before the first).")
+	descRx = desc("tunnel_receive_bytes_total",
+		"Bytes received through the WireGuard tunnel, summed over its peers (resets when the tunnel is rebuilt).")
+	descTx = desc("tunnel_transmit_bytes_total",
+		"Bytes sent through the WireGuard tunnel, summed over its peers (resets when the tunnel is rebuilt).")
+	descKill = desc("killswitch_packets_total",
+		"Packets counted by the kill switch's named nftables counters (resets when the table is replaced).", "counter")
+	descRepairs = desc("repairs_total",
+		"Successful repairs by the agent, by kind of problem repaired.", "kind")
+	descFailovers = desc("failovers_total",
+		"Failovers from one server of the pool to another.")
+	descServer = desc("server_info",
+		"The active server: its wg-quick config file (empty for structured options) and peer endpoint(s); value 1.", "config_file", "endpoint")
+	descProbe = desc("probe_failures_total",
+		"Failed health probes through the tunnel.")
+)
+
+// collector turns one snapshot into samples at scrape time.
+type collector struct{ m *Metrics }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descHandshake, descRx, descTx, descKill, descRepairs, descFailovers, descServer, descProbe} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	m, ns := c.m, c.m.name
+	s := m.Snapshot()
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{ns}, l...)...)
+	}
+	counter := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{ns}, l...)...)
+	}
+	up := 0.0
+	if r := s.Report; r != nil {
+		if r.Healthy() {
+			up = 1
+		}
+		if len(r.Peers) > 0 {
+			var rx, tx int64
+			var last float64
+			for _, p := range r.Peers {
+				rx += p.RxBytes
+				tx += p.TxBytes
+				if p.LatestHandshake != nil {
+					if t := float64(p.LatestHandshake.UnixNano()) / 1e9; t > last {
+						last = t
+					}
+				}
+			}
+			counter(descRx, float64(rx))
+			counter(descTx, float64(tx))
+			if last > 0 {
+				gauge(descHandshake, last)
+			}
+		}
+		names := make([]string, 0, len(r.Policy.Drops))
+		for n := range r.Policy.Drops {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			counter(descKill, float64(r.Policy.Drops[n]), n)
+		}
+	}
+	gauge(descUp, up)
+	for k, n := range kindNames {
+		counter(descRepairs, float64(m.repairs[k].Load()), n)
+	}
+	counter(descFailovers, float64(m.failovers.Load()))
+	counter(descProbe, float64(m.probeFails.Load()))
+	if s.Server >= 0 && s.Server < len(m.servers) {
+		sv := m.servers[s.Server]
+		gauge(descServer, 1, sv.configFile, sv.endpoint)
+	}
+}
+
+// Registry is a registry of m's metrics alone, with the agent process's
+// Go runtime and process metrics (no global state).
+func (m *Metrics) Registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{m},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
