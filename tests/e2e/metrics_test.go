@@ -18,8 +18,8 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/nsutil"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/topo"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
 // Issue 13 end-to-end: metrics.listen in the simulated host namespace.
@@ -38,7 +38,7 @@ func hostClient(ns string) *http.Client {
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
-			err := nsutil.Do(ns, func() (err error) {
+			err := testbed.Do(ns, func() (err error) {
 				c, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
 				return err
 			})
@@ -84,7 +84,7 @@ func TestAgentMetrics(t *testing.T) {
 	if err != nil {
 		t.Skip("prometheus is not installed (Debian package prometheus; scripts/deps.sh installs it)")
 	}
-	c := newConfined(t, topo.AgentOptions{Edit: func(cfg *config.Config) { cfg.Metrics.Listen = metricsAddr }})
+	c := newConfined(t, harness.AgentOptions{Edit: func(cfg *config.Config) { cfg.Metrics.Listen = metricsAddr }})
 	// A slow watchdog, so that a problem stays until status has seen it;
 	// /healthz shows what the latest check found (it repairs right after).
 	c.d = c.ag.Run(t, c.path, "--check-interval", "3s")
@@ -137,7 +137,7 @@ func TestAgentMetrics(t *testing.T) {
 	// watchdog's check fell between the deletion and status.
 	var probs []string
 	for try := 0; try < 3 && probs == nil; try++ {
-		if _, err := nsutil.Output(c.name, "nft", "delete", "table", "inet", names.Table); err != nil {
+		if _, err := harness.Output(c.name, "nft", "delete", "table", "inet", names.Table); err != nil {
 			t.Fatalf("removing the kill switch: %v", err)
 		}
 		if healthy, p := statusProblems(t, c); !healthy {
@@ -194,7 +194,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	cmd := exec.Command("nsenter", "--net="+nsutil.Path(c.tp.Host), prom,
+	cmd := exec.Command("nsenter", "--net="+names.Netns(c.tp.Host), prom,
 		"--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
 		"--web.listen-address="+promAddr, "--log.level=warn")
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -244,9 +244,9 @@ scrape_configs:
 // at once with one line naming the field, exit 2, nothing left up.
 func TestAgentMetricsListenInUse(t *testing.T) {
 	t.Parallel()
-	c := newConfined(t, topo.AgentOptions{Edit: func(cfg *config.Config) { cfg.Metrics.Listen = metricsAddr }})
+	c := newConfined(t, harness.AgentOptions{Edit: func(cfg *config.Config) { cfg.Metrics.Listen = metricsAddr }})
 	var ln net.Listener
-	if err := nsutil.Do(c.tp.Host, func() (err error) { ln, err = net.Listen("tcp", metricsAddr); return err }); err != nil {
+	if err := testbed.Do(c.tp.Host, func() (err error) { ln, err = net.Listen("tcp", metricsAddr); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
@@ -261,7 +261,7 @@ func TestAgentMetricsListenInUse(t *testing.T) {
 	if want := "vpn-agent: metrics.listen: cannot listen on " + metricsAddr + ": address already in use"; !strings.Contains(err.Error(), want+";") {
 		t.Errorf("run's error lacks the one line %q:\n%v", want, err)
 	}
-	if nsutil.Mounted(c.name) {
+	if harness.Mounted(c.name) {
 		t.Errorf("namespace %s is up after the failed run", c.name)
 	}
 }
@@ -271,7 +271,7 @@ func TestAgentMetricsListenInUse(t *testing.T) {
 func TestAgentMetricsUnixUp(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "metrics", "agent.sock")
-	c := newConfined(t, topo.AgentOptions{Edit: func(cfg *config.Config) { cfg.Metrics.Listen = "unix:" + sock }})
+	c := newConfined(t, harness.AgentOptions{Edit: func(cfg *config.Config) { cfg.Metrics.Listen = "unix:" + sock }})
 	out := c.ag.MustCmd(t, "up", "--config", c.path)
 	pid := upPID(out.Stdout)
 	t.Cleanup(func() { killStray(t, pid) })
