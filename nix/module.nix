@@ -37,7 +37,6 @@ let
     literalExpression
     mapAttrs'
     mapAttrsToList
-    mkDefault
     mkEnableOption
     mkIf
     mkMerge
@@ -792,10 +791,9 @@ in
     # its own (and the kernel autoloads the module on link creation anyway).
     boot.kernelModules = mkIf (any (e: e.ns.backend == "kernel") nsList) [ "wireguard" ];
 
-    # DNAT'ed port mappings are forwarded from the uplink to the veth.
-    boot.kernel.sysctl."net.ipv4.ip_forward" = mkIf (any (
-      e: e.ns.hostLink.enable && e.ns.hostLink.portMappings != [ ]
-    ) nsList) (mkDefault 1);
+    # net.ipv4.ip_forward is the agent's: it turns it on while a namespace
+    # with port mappings is up and restores the previous value when the
+    # last one goes (a sysctl set here would keep it on for good).
 
     # The agent unit: every directive from units.json (agent/unit/unit.go
     # says why each is there); NixOS adds only the ExecStart paths and

@@ -581,7 +581,7 @@ let
       (expectEq "agent has no ProtectKernelTunables" (a ? ProtectKernelTunables) false)
       (expectEq "agent has no ReadWritePaths" (a ? ReadWritePaths) false)
       (expectEq "kernel modules (no kernel backend in the example)" example.boot.kernelModules [ ])
-      (expectEq "ip_forward" example.boot.kernel.sysctl."net.ipv4.ip_forward" 1)
+      (expectEq "ip_forward is left to the agent" (example.boot.kernel.sysctl ? "net.ipv4.ip_forward") false)
       (expectEq "build check of the example" (buildCheck example).validate [
         "--config mullvad.json"
         "--config proton.json"
