@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -8,8 +9,20 @@ import (
 )
 
 // Prefixes lists the addresses of the calling thread's namespace (for the
-// agent: the host's) by interface name.
+// agent: the host's) by interface name. A dump that links changing under
+// it interrupted (another agent creating its veth) is read again.
 func Prefixes() (map[string][]netip.Prefix, error) {
+	var err error
+	for try := 0; try < 10; try++ {
+		var out map[string][]netip.Prefix
+		if out, err = prefixes(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return nil, err
+}
+
+func prefixes() (map[string][]netip.Prefix, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
@@ -17,8 +30,11 @@ func Prefixes() (map[string][]netip.Prefix, error) {
 	out := map[string][]netip.Prefix{}
 	for _, l := range links {
 		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+		if errors.Is(err, netlink.ErrDumpInterrupted) {
+			return nil, err
+		}
 		if err != nil {
-			return nil, fmt.Errorf("list addresses of %s: %w", l.Attrs().Name, err)
+			continue // the link went away since LinkList
 		}
 		for _, a := range addrs {
 			ip, ok := netip.AddrFromSlice(a.IP)
