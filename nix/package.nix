@@ -23,28 +23,10 @@ buildGoModule {
   pname = program;
   inherit version;
 
-  # Only what the Go build reads. The vendor directory that buildGoModule
-  # computes depends on the imports of every package in the module, so every
-  # .go file of the repository (tests/ too) and any nested go.mod is
-  # included, as in the tree that .ci/nix-check.sh hashes; agent/ and policy/
-  # are included whole for any //go:embed files.
+  # Only what the Go build reads (nix/source.nix says why).
   src = lib.fileset.toSource {
     root = ../.;
-    fileset = lib.fileset.unions [
-      ../go.mod
-      ../go.sum
-      (lib.fileset.fileFilter (
-        file:
-        file.hasExt "go"
-        || lib.elem file.name [
-          "go.mod"
-          "go.sum"
-          "go.work"
-        ]
-      ) ../.)
-      (lib.fileset.maybeMissing ../agent)
-      (lib.fileset.maybeMissing ../policy)
-    ];
+    fileset = import ./source.nix { inherit lib; };
   };
 
   vendorHash = "sha256-nMa2cNgi5SAFo82Dcp0jQ/APt8f+ee6G/cUzAunm2v8=";

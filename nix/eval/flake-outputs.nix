@@ -31,21 +31,7 @@ in
     # lib.fileset needs builtins.readFileType (Nix >= 2.14).
     sourceFiles = if !(builtins ? readFileType) then "skipped: lib.fileset needs Nix >= 2.14" else lib.sort (a: b: a < b) (
       map (f: lib.removePrefix (toString ../.. + "/") (toString f)) (
-        lib.fileset.toList (lib.fileset.unions [
-          ../../go.mod
-          ../../go.sum
-          (lib.fileset.fileFilter (
-            file:
-            file.hasExt "go"
-            || lib.elem file.name [
-              "go.mod"
-              "go.sum"
-              "go.work"
-            ]
-          ) ../..)
-          (lib.fileset.maybeMissing ../../agent)
-          (lib.fileset.maybeMissing ../../policy)
-        ])
+        lib.fileset.toList (import ../source.nix { inherit lib; })
       )
     );
     srcIsStorePath =
