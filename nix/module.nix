@@ -805,11 +805,14 @@ in
           }
         )
       ) cfg.namespaces)
-      # Confined services mask /run/nscd; nscd must not remove it when it
-      # stops or restarts (agent/unit.NscdKeepsDir). On whenever the module
-      # is (a condition on the confined services would recurse).
+      # Confined services mask /run/nscd; nscd (nixpkgs: RuntimeDirectory =
+      # "nscd", for nsncd too) must not remove it when it stops or restarts
+      # (agent/unit.NscdKeepsDir). On whenever the module is (a condition on
+      # the confined services would recurse). Priority 90: above a plain
+      # definition (a nixpkgs "restart" would still remove it at stop), below
+      # an administrator's mkForce.
       (mkIf (config.services.nscd.enable or false) {
-        nscd.serviceConfig = units.nscd.Service;
+        nscd.serviceConfig = lib.mapAttrs (_: lib.mkOverride 90) units.nscd.Service;
       })
     ];
   })

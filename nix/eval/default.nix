@@ -584,6 +584,17 @@ let
       !lib.any (m: lib.hasInfix "restartWithAgent = true, but the service is Type=oneshot" m) (failedAssertions bad)
     ) "restartWithAgent = true on a oneshot: no assertion (got ${builtins.toJSON (failedAssertions bad)})";
 
+  # nscd keeps /run/nscd, the confined services' mask (issue 12 item 21).
+  nscdChecks =
+    let
+      cfg = eval (withBase { services.nscd.enable = true; });
+      off = eval base;
+    in
+    lib.optional (
+      (cfg.systemd.services.nscd.serviceConfig.RuntimeDirectoryPreserve or null) != true
+    ) "nscd: RuntimeDirectoryPreserve is not set (a restart would unmask /run/nscd)"
+    ++ lib.optional (off.systemd.services ? nscd) "nscd: a unit is defined although services.nscd is off";
+
   kernelChecks =
     let
       cfg = eval (withBase { services.vpnConfinement.namespaces.vpn.backend = "kernel"; });
@@ -603,5 +614,5 @@ in
       assertions = [ ];
     };
   };
-  failures = caseFailures ++ buildCaseFailures ++ exampleChecks ++ bypassChecks ++ restartChecks ++ kernelChecks;
+  failures = caseFailures ++ buildCaseFailures ++ exampleChecks ++ bypassChecks ++ restartChecks ++ nscdChecks ++ kernelChecks;
 }

@@ -89,6 +89,11 @@ in
       type = types.listOf types.str;
       default = [ ];
     };
+    # nixpkgs' nscd module (on by default there); the module adds a drop-in.
+    services.nscd.enable = mkOption {
+      type = types.bool;
+      default = false;
+    };
     systemd.sockets = mkOption {
       type = types.attrsOf (types.submodule { options.socketConfig = section; });
       default = { };
