@@ -45,7 +45,8 @@ func (e *ExecError) Unwrap() error { return e.Err }
 // namespace, the way `ip netns exec` does: in a private mount namespace,
 // every file in /etc/netns/<name>/ is bind-mounted over /etc/<file> (so
 // the command sees the namespace's resolv.conf and nsswitch.conf, never
-// the host's), names.Hidden() is made inaccessible, and /sys is remounted
+// the host's), each directory of names.Hidden() is covered by an empty
+// read-only tmpfs (hideResolverIPC), and /sys is remounted
 // to show the namespace's interfaces. The command's exit status is the
 // process's (execve). It only returns on error.
 func Exec(name string, argv []string, env []string, opts ExecOptions) error {
