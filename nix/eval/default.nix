@@ -556,6 +556,7 @@ let
           "probe@" = confined { };
           job = confined { serviceConfig.Type = "oneshot"; };
           sock = confined { };
+          timed = confined { };
           manual = confined { wantedBy = [ ]; };
           optout = confined { vpnConfinement.restartWithAgent = false; };
           forced = confined {
@@ -564,6 +565,7 @@ let
           };
         };
         systemd.sockets.sock.socketConfig.NetworkNamespacePath = "/run/netns/vpn";
+        systemd.timers.timed.wantedBy = [ "timers.target" ];
       });
       bad = eval (withBase {
         systemd.services.job = {

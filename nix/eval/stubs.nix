@@ -94,6 +94,10 @@ in
       type = types.bool;
       default = false;
     };
+    systemd.timers = mkOption {
+      type = types.attrsOf types.anything;
+      default = { };
+    };
     systemd.sockets = mkOption {
       type = types.attrsOf (types.submodule { options.socketConfig = section; });
       default = { };
