@@ -552,6 +552,40 @@ let
       filterAttrs (n: s: effectiveNs s.vpnConfinement == nsName && !(hasSuffix "@" n)) confinedServices
     );
 
+  # restartWithAgent (issue 12 item 20): only long-running services that are
+  # meant to run. A template cannot be wanted (no instance), a oneshot would
+  # run again at every agent start, a socket- or timer-activated unit is
+  # started by its trigger, and a unit nothing starts (no wantedBy or
+  # requiredBy) should not be started by the agent either.
+  whyNotRestarted =
+    svc: s:
+    if hasSuffix "@" svc then
+      "a template"
+    else if (s.serviceConfig.Type or "simple") == "oneshot" then
+      "Type=oneshot"
+    else if config.systemd.sockets ? ${svc} then
+      "socket-activated (systemd.sockets.${svc})"
+    else if (config.systemd.timers or { }) ? ${svc} || (s.startAt or [ ]) != [ ] then
+      "started by a timer"
+    else
+      null;
+  restartsWithAgent =
+    svc: s:
+    let
+      r = s.vpnConfinement.restartWithAgent;
+    in
+    if r != null then
+      r
+    else
+      whyNotRestarted svc s == null && ((s.wantedBy or [ ]) != [ ] || (s.requiredBy or [ ]) != [ ]);
+  restartedOf =
+    nsName:
+    attrNames (
+      filterAttrs (
+        n: s: effectiveNs s.vpnConfinement == nsName && restartsWithAgent n s
+      ) confinedServices
+    );
+
   configFile = name: "${configDir}/${fileOf name}";
 
   # ---- assertions -----------------------------------------------------------------
@@ -605,6 +639,10 @@ let
           message = "${where}.namespace is not set and there is not exactly one namespace to default to (defined: ${
             if namespaceNames == [ ] then "none" else concatStringsSep ", " namespaceNames
           }); set it to one of services.vpnConfinement.namespaces.";
+        }
+        {
+          assertion = vc.restartWithAgent != true || whyNotRestarted svc s == null;
+          message = "${where}.restartWithAgent = true, but the service is ${toString (whyNotRestarted svc s)}: the agent would start it at each of its starts (a template cannot be started at all); leave restartWithAgent unset or false.";
         }
         {
           assertion = ns == null || cfg.namespaces ? ${ns};
@@ -700,6 +738,21 @@ in
                 `null` selects the only namespace when exactly one is defined.
               '';
             };
+            restartWithAgent = mkOption {
+              type = types.nullOr types.bool;
+              default = null;
+              example = false;
+              description = ''
+                Start the service with the agent (the agent's `Wants=`): at
+                boot, at `systemctl restart` of the agent, and again after the
+                agent's automatic restart following a failure (`BindsTo=` has
+                stopped the service then). A service stopped by hand stays
+                stopped while the agent runs. `null` (the default) means on for
+                long-running services that something starts (`wantedBy` or
+                `requiredBy` set), off for templates, `Type=oneshot`, socket- or
+                timer-activated units; `true` is refused for those.
+              '';
+            };
             bypassResolverIsolation = mkOption {
               type = types.bool;
               default = false;
@@ -716,28 +769,27 @@ in
 
           config = mkIf (cfg.enable && vc.enable && nsName != null) (
             let
-              u = nixosUnit {
+              u = nixosUnit vars units.confined;
+              vars = {
                 name = nsName;
                 inherit agent;
                 tunnel = wgIfOf nsName ns;
                 nsVeth = if ns != null && ns.hostLink.enable then nsVeth nsName else "";
-              } units.confined;
+              };
+              resolvedBinds = fill vars units.resolvedBinds;
             in
             u
             // {
-              # BindsTo= stops the service when the agent fails; the agent
-              # upholding it starts it again once the agent's automatic
-              # restart brought the namespace back (PartOf= covers only
-              # explicit restarts). NixOS declares it here, as the agent's
-              # Upholds= (elsewhere: `vpn-agent unit NAME --upholds`).
-              upheldBy = [ agent ];
+              # No upheldBy: the agent wants the services that restart with
+              # it (restartWithAgent, the agent unit's wants below).
               serviceConfig =
                 if vc.bypassResolverIsolation then
                   u.serviceConfig
                   // {
-                    InaccessiblePaths = filter (
+                    TemporaryFileSystem = filter (
                       p: !(elem p units.hostResolverIPC)
-                    ) u.serviceConfig.InaccessiblePaths;
+                    ) u.serviceConfig.TemporaryFileSystem;
+                    BindReadOnlyPaths = filter (p: !(elem p resolvedBinds)) u.serviceConfig.BindReadOnlyPaths;
                   }
                 else
                   u.serviceConfig;
@@ -796,21 +848,38 @@ in
     # last one goes (a sysctl set here would keep it on for good).
 
     # The agent unit: every directive from units.json (agent/unit/unit.go
-    # says why each is there); NixOS adds only the ExecStart paths and
-    # orders the agent before its confined services.
-    systemd.services = mapAttrs' (
-      name: _:
-      nameValuePair (agentUnit name) (
-        let
-          u = nixosUnit {
-            inherit name;
-            vpnAgent = "${cfg.package}/bin/vpn-agent";
-            config = configFile name;
-          } units.agent;
-        in
-        u // { before = map (s: "${s}.service") (servicesOf name); }
-      )
-    ) cfg.namespaces;
+    # says why each is there); NixOS adds only the ExecStart paths, orders
+    # the agent before its confined services and wants those that restart
+    # with it (restartWithAgent; elsewhere `vpn-agent unit NAME
+    # --restart-with-agent`).
+    systemd.services = mkMerge [
+      (mapAttrs' (
+        name: _:
+        nameValuePair (agentUnit name) (
+          let
+            u = nixosUnit {
+              inherit name;
+              vpnAgent = "${cfg.package}/bin/vpn-agent";
+              config = configFile name;
+            } units.agent;
+          in
+          u
+          // {
+            before = map (s: "${s}.service") (servicesOf name);
+            wants = u.wants ++ map (s: "${s}.service") (restartedOf name);
+          }
+        )
+      ) cfg.namespaces)
+      # Confined services mask /run/nscd; nscd (nixpkgs: RuntimeDirectory =
+      # "nscd", for nsncd too) must not remove it when it stops or restarts
+      # (agent/unit.NscdKeepsDir). On whenever the module is (a condition on
+      # the confined services would recurse). Priority 90: above a plain
+      # definition (a nixpkgs "restart" would still remove it at stop), below
+      # an administrator's mkForce.
+      (mkIf (config.services.nscd.enable or false) {
+        nscd.serviceConfig = lib.mapAttrs (_: lib.mkOverride 90) units.nscd.Service;
+      })
+    ];
   })
   ];
 }

@@ -17,7 +17,8 @@ func cmdUnit(args []string, out io.Writer) int {
 	fs, _, _ := flags("unit")
 	cfg := fs.String("config", "", "config file, to take interface names from (optional)")
 	agentUnit := fs.String("agent-unit", "", "the agent's unit (default vpn-agent@NAME.service)")
-	upholds := fs.String("upholds", "", "instead, print the agent-side drop-in that keeps these (comma-separated) services running")
+	restart := fs.String("restart-with-agent", "", "instead, print the agent-side drop-in (Wants=) that starts these (comma-separated) long-running services with the agent, also after its automatic restart")
+	upholds := fs.String("upholds", "", "deprecated name of --restart-with-agent (prints Wants=, no longer Upholds=)")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
@@ -48,14 +49,18 @@ func cmdUnit(args []string, out io.Writer) int {
 	} else if err := unit.CheckName(*agentUnit); err != nil {
 		return fail(&config.FieldError{Field: "--agent-unit", Msg: err.Error(), Fix: "e.g. --agent-unit vpn-agent@" + name + ".service"})
 	}
-	if *upholds != "" {
-		services := strings.Split(*upholds, ",")
+	flag := "--restart-with-agent"
+	if *restart == "" && *upholds != "" {
+		*restart, flag = *upholds, "--upholds"
+	}
+	if *restart != "" {
+		services := strings.Split(*restart, ",")
 		for _, s := range services {
 			if err := unit.CheckName(s); err != nil {
-				return fail(&config.FieldError{Field: "--upholds", Msg: err.Error(), Fix: "list services as a,b.service, e.g. --upholds transmission.service"})
+				return fail(&config.FieldError{Field: flag, Msg: err.Error(), Fix: "list long-running services as a,b.service, e.g. " + flag + " transmission.service (no templates, oneshots, socket- or timer-activated units)"})
 			}
 		}
-		fmt.Fprint(out, unit.UpholdDropIn(*agentUnit, services))
+		fmt.Fprint(out, unit.RestartWithAgentDropIn(*agentUnit, services))
 		return ExitOK
 	}
 	fmt.Fprint(out, unit.DropIn(name, iface, nsVeth, *agentUnit))

@@ -39,10 +39,11 @@
 //
 // `vpn-agent exec [--user USER[:GROUP]] NAME -- CMD` runs CMD in the
 // namespace's network namespace, in a private mount namespace in which the
-// namespace's resolv.conf and nsswitch.conf replace the host's and the host
-// resolver's sockets (nscd, systemd-resolved, the D-Bus system bus) and
-// userspace WireGuard's control sockets are hidden, so names are resolved
-// only through the tunnel. CMD's exit status is exec's (127: not found,
+// namespace's resolv.conf and nsswitch.conf replace the host's and the
+// directories of the host resolver's sockets (nscd, systemd-resolved, the
+// D-Bus system bus) and of userspace WireGuard's control sockets are covered
+// by empty read-only tmpfs mounts (which the daemons' restarts cannot undo),
+// so names are resolved only through the tunnel. CMD's exit status is exec's (127: not found,
 // 126: not executable).
 //
 // Without --user, CMD runs as the caller: called as root, that is root with

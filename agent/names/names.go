@@ -101,20 +101,35 @@ func HostTable(ns string) string { return HostTablePrefix + ns }
 // (dist/systemd/vpn-agent@.service).
 func AgentUnit(ns string) string { return "vpn-agent@" + ns + ".service" }
 
-// HostResolverIPC are the host resolver daemons' endpoints that a confined
-// process must not reach, or a lookup is answered on the host, outside the
-// tunnel: nscd (glibc asks it before NSS), systemd-resolved's varlink
-// sockets and the D-Bus system bus (through which resolved is reachable
-// too). Only resolved's sockets, not /run/systemd/resolve: where
-// /etc/resolv.conf is a symlink into it, the namespace's resolv.conf is
-// bound there. `vpn-agent exec` and every generated unit hide this list.
-var HostResolverIPC = []string{
-	"/run/nscd",
-	"/var/run/nscd",
-	"/run/systemd/resolve/io.systemd.Resolve",
-	"/run/systemd/resolve/io.systemd.Resolve.Monitor",
-	"/run/dbus/system_bus_socket",
-}
+// HostResolverIPC are the directories holding the host resolver daemons'
+// endpoints that a confined process must not reach, or a lookup is
+// answered on the host, outside the tunnel: nscd (glibc asks it before
+// NSS), systemd-resolved (its varlink sockets, nss-resolve) and the D-Bus
+// system bus (through which resolved is reachable too). `vpn-agent exec`
+// and every generated unit cover each with an empty read-only tmpfs.
+//
+// Directories, never the socket files in them: a daemon that restarts
+// unlinks its socket and binds a new one, and Linux detaches a mount in
+// every other mount namespace when its mountpoint is unlinked, so a mask
+// on the socket file is gone in every running confined process (issue 12
+// item 21; tests/vm/guest/dnsmask_test.go). The directories outlive their
+// daemons: /run/nscd is a tmpfiles directory on Debian (and NixOS's nscd
+// gets RuntimeDirectoryPreserve=, NscdKeepsDir in agent/unit),
+// /run/systemd/resolve is resolved's RuntimeDirectory with
+// RuntimeDirectoryPreserve=yes, /run/dbus holds the socket systemd's
+// dbus.socket owns. A mask on an absent directory creates it first
+// (systemd's TemporaryFileSystem= does, so does exec), so a daemon that
+// starts after the confined process cannot slip past it either.
+var HostResolverIPC = []string{"/run/nscd", ResolvedDir, "/run/dbus"}
+
+// ResolvedDir is systemd-resolved's runtime directory. Where /etc/resolv.conf
+// is a symlink into it, the namespace's resolv.conf is bound at
+// ResolvedResolvConfs inside the mask.
+const ResolvedDir = "/run/systemd/resolve"
+
+// ResolvedResolvConfs are the files in ResolvedDir that /etc/resolv.conf
+// links to on a host with systemd-resolved (stub or upstream mode).
+var ResolvedResolvConfs = []string{"stub-resolv.conf", "resolv.conf"}
 
 // Hidden lists every host path a confined process must not reach: the
 // host resolver's IPC, and userspace WireGuard's control sockets (the

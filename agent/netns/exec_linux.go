@@ -45,7 +45,8 @@ func (e *ExecError) Unwrap() error { return e.Err }
 // namespace, the way `ip netns exec` does: in a private mount namespace,
 // every file in /etc/netns/<name>/ is bind-mounted over /etc/<file> (so
 // the command sees the namespace's resolv.conf and nsswitch.conf, never
-// the host's), names.Hidden() is made inaccessible, and /sys is remounted
+// the host's), each directory of names.Hidden() is covered by an empty
+// read-only tmpfs (hideResolverIPC), and /sys is remounted
 // to show the namespace's interfaces. The command's exit status is the
 // process's (execve). It only returns on error.
 func Exec(name string, argv []string, env []string, opts ExecOptions) error {
@@ -75,7 +76,7 @@ func Exec(name string, argv []string, env []string, opts ExecOptions) error {
 	// glibc asks nscd before NSS, and resolved answers over varlink and
 	// D-Bus: hide all three, as the systemd drop-in does, or a lookup is
 	// resolved on the host, outside the tunnel.
-	if err := hideResolverIPC(); err != nil {
+	if err := hideResolverIPC(name); err != nil {
 		return err
 	}
 	etc := names.ResolverDir(name)
@@ -123,21 +124,41 @@ func unwrapPathErr(err error) error {
 	return err
 }
 
-// hideResolverIPC covers names.Hidden(): directories by an empty
-// read-only tmpfs, sockets by /dev/null.
-func hideResolverIPC() error {
+// hideResolverIPC covers each directory of names.Hidden() with an empty
+// read-only tmpfs, as the drop-in's TemporaryFileSystem= does: whole
+// directories, never the socket files in them, which a daemon's restart
+// replaces (unlinking a mountpoint detaches the mount in every other mount
+// namespace, so a long-running command would lose the mask). An absent
+// directory is created first (on the host's /run, as systemd does), so a
+// daemon that starts later binds its socket under the mask. Inside
+// resolved's directory, where /etc/resolv.conf may link, namespace name's
+// resolv.conf is bound at each of names.ResolvedResolvConfs.
+func hideResolverIPC(name string) error {
+	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	for _, p := range names.Hidden() {
-		st, err := os.Stat(p)
-		if err != nil {
-			continue // absent: nothing to hide
-		}
-		if st.IsDir() {
-			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=000")
-		} else {
-			err = unix.Mount("/dev/null", p, "none", unix.MS_BIND, "")
-		}
-		if err != nil {
+		if err := os.MkdirAll(p, 0o755); err != nil {
 			return fmt.Errorf("hide %s: %w", p, err)
+		}
+		if err := unix.Mount("tmpfs", p, "tmpfs", flags, "mode=0755"); err != nil {
+			return fmt.Errorf("hide %s: %w", p, err)
+		}
+		if p == names.ResolvedDir {
+			src := names.ResolvConf(name)
+			for _, f := range names.ResolvedResolvConfs {
+				dst := filepath.Join(p, f)
+				if err := os.WriteFile(dst, nil, 0o644); err != nil {
+					return fmt.Errorf("hide %s: %w", p, err)
+				}
+				if _, err := os.Stat(src); err != nil {
+					continue // no resolv.conf of the namespace: an empty one
+				}
+				if err := unix.Mount(src, dst, "none", unix.MS_BIND, ""); err != nil {
+					return fmt.Errorf("bind %s over %s: %w", src, dst, err)
+				}
+			}
+		}
+		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, "mode=0755"); err != nil {
+			return fmt.Errorf("hide %s: remount read-only: %w", p, err)
 		}
 	}
 	return nil

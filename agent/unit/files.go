@@ -21,6 +21,7 @@ const NixOSAgentUnitPrefix = "vpn-agent-"
 const (
 	DistAgent    = "dist/systemd/vpn-agent@.service"
 	DistConfined = "dist/systemd/confine.conf.example"
+	DistNscd     = "dist/systemd/nscd-vpn-confinement.conf"
 	NixJSON      = "nix/units.json"
 )
 
@@ -29,6 +30,7 @@ func Files() map[string][]byte {
 	return map[string][]byte{
 		DistAgent:    []byte(distAgent()),
 		DistConfined: []byte(distConfined()),
+		DistNscd:     []byte(distNscd()),
 		NixJSON:      nixJSON(),
 	}
 }
@@ -85,6 +87,16 @@ the host link enabled, RestrictNetworkInterfaces= also lists `+names.NSVeth("NAM
 		Render(Confined(), ConfinedVars("NAME", names.AgentUnit("NAME"), names.Tunnel("NAME"), ""), true)
 }
 
+func distNscd() string {
+	return comment(Generated+`
+
+Drop-in for nscd.service on hosts whose nscd has RuntimeDirectory=nscd
+(systemd then removes /run/nscd when nscd stops or restarts, and with it
+the mask every running confined service has there). Install as
+  /etc/systemd/system/nscd.service.d/vpn-confinement.conf
+On NixOS the module sets it.`) + "\n" + Render(NscdKeepsDir(), nil, true)
+}
+
 // jsonUnit maps section -> key -> value, the shape of NixOS's
 // unitConfig/serviceConfig.
 func jsonUnit(u Unit) map[string]map[string]any {
@@ -99,11 +111,10 @@ func jsonUnit(u Unit) map[string]map[string]any {
 	return out
 }
 
-// dashed prefixes each path with "-" (absent on the host is fine).
-func dashed(ps []string) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = "-" + p
+func hostResolverMasks() []string {
+	var out []string
+	for _, p := range names.HostResolverIPC {
+		out = append(out, p+maskOptions)
 	}
 	return out
 }
@@ -121,10 +132,14 @@ func nixJSON() []byte {
 			"maxNameLen":           names.MaxNameLen,
 			"nixosAgentUnitPrefix": NixOSAgentUnitPrefix,
 		},
-		// The InaccessiblePaths entries bypassResolverIsolation drops.
-		"hostResolverIPC": dashed(names.HostResolverIPC),
-		"agent":           jsonUnit(Agent()),
-		"confined":        jsonUnit(Confined()),
+		// The TemporaryFileSystem and BindReadOnlyPaths entries
+		// bypassResolverIsolation drops.
+		"hostResolverIPC": hostResolverMasks(),
+		"resolvedBinds":   ResolvedBinds(),
+		// nscd.service's drop-in (when services.nscd.enable).
+		"nscd":     jsonUnit(NscdKeepsDir()),
+		"agent":    jsonUnit(Agent()),
+		"confined": jsonUnit(Confined()),
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

@@ -99,7 +99,7 @@ func Agent() Unit {
 			{Key: "ExecStart", Value: "{vpnAgent} run --config {config}",
 				Why: "Runs and supervises the namespace until stopped; tears it down on exit."},
 			{Key: "Restart", Value: "on-failure",
-				Why: "A crashed or unhealthy agent is restarted; its services follow\n(BindsTo= stops them, the agent's Upholds= starts them again)."},
+				Why: "A crashed or unhealthy agent is restarted; its services follow\n(BindsTo= stops them, the agent's Wants= starts them again with it)."},
 			{Key: "RestartSec", Value: "5s", Why: "Pause between restarts, so a dead endpoint is not hammered."},
 			{Key: "TimeoutStartSec", Value: "90s", Why: "Bring-up includes resolving the endpoint and loading kernel modules."},
 			{Key: "TimeoutStopSec", Value: "30s", Why: "Teardown is quick; do not hang a shutdown."},
@@ -162,7 +162,7 @@ func Confined() Unit {
 	for _, f := range names.ResolverFiles {
 		binds = append(binds, names.ResolverDir("{name}")+"/"+f+":/etc/"+f)
 	}
-	hidden := dashed(names.Hidden())
+	binds = append(binds, ResolvedBinds()...)
 	return Unit{
 		{"Unit", []Directive{
 			{Key: "BindsTo", Value: []string{"{agent}"},
@@ -171,21 +171,26 @@ func Confined() Unit {
 				Why: "Start only after the agent's READY=1 (Type=notify): namespace, kill\nswitch and tunnel are up."},
 			{Key: "PartOf", Value: []string{"{agent}"},
 				Why: "systemctl restart of the agent restarts this service with it. For a\n" +
-					"start again after the agent recovers from a failure, the agent\n" +
-					"upholds the service (Upholds=; `vpn-agent unit NAME --upholds SERVICE`)."},
+					"start again after the agent recovers from a failure, the agent wants\n" +
+					"the service (Wants=; `vpn-agent unit NAME --restart-with-agent SERVICE`)."},
 		}},
 		{"Service", []Directive{
 			{Key: "NetworkNamespacePath", Value: names.Netns("{name}"),
 				Why: "Run in the namespace: its only network is lo, the tunnel and (host\nlink) the namespace veth."},
 			{Key: "BindReadOnlyPaths", Value: binds,
-				Why: "The namespace's resolvers, never the host's: files, then DNS through\nthe tunnel."},
-			{Key: "InaccessiblePaths", Value: hidden,
+				Why: "The namespace's resolvers, never the host's: files, then DNS through\n" +
+					"the tunnel. Also inside the mask of " + names.ResolvedDir + " below, where\n" +
+					"/etc/resolv.conf is a symlink on a host with systemd-resolved (systemd\n" +
+					"follows it and mounts in path order: the tmpfs first, then these)."},
+			{Key: "TemporaryFileSystem", Value: Masks(),
 				Why: "Host resolver IPC would resolve names outside the tunnel (nscd,\n" +
-					"systemd-resolved, and D-Bus through which resolved is also reachable).\n" +
-					"Only resolved's sockets, not /run/systemd/resolve: where /etc/resolv.conf\n" +
-					"is a symlink into it, the resolv.conf bind mount above lands there.\n" +
-					"The resolver entries may be dropped only for a service that needs the\n" +
-					"system bus and does its own DNS: it then permits DNS leaks.\n" +
+					"systemd-resolved, and D-Bus through which resolved is also reachable):\n" +
+					"each DIRECTORY is covered by an empty read-only tmpfs. Not the socket\n" +
+					"files: a daemon's restart replaces them, which detaches a mask mounted\n" +
+					"on one in every running service. systemd creates an absent directory\n" +
+					"before covering it, so a daemon started later binds its socket under\n" +
+					"the mask. The resolver entries may be dropped only for a service that\n" +
+					"needs the system bus and does its own DNS: it then permits DNS leaks.\n" +
 					"/var/run/wireguard holds userspace WireGuard's control sockets (the\n" +
 					"agent refuses a confined caller anyway)."},
 			{Key: "RestrictAddressFamilies", Value: []string{"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"},
@@ -201,14 +206,60 @@ func Confined() Unit {
 	}
 }
 
-// Upholds is the agent-side drop-in that starts services again after the
-// agent recovers from a failure (BindsTo= stopped them; PartOf= covers only
-// explicit restarts).
-func Upholds() Unit {
+// RestartWithAgent is the agent-side drop-in that starts long-running
+// confined services with the agent, and so again after the agent recovers
+// from a failure (BindsTo= stopped them; PartOf= covers only explicit
+// restarts).
+//
+// Wants=, not Upholds=: Wants= acts once, when the agent's start job (its
+// automatic restart included) is queued, so a service stopped by hand
+// stays stopped while the agent runs, and a oneshot runs once. Upholds=
+// restarts its units whenever they are inactive: a stopped service was
+// running again within 40 ms, a timer's oneshot ran back to back until its
+// start limit (issue 12 item 20; tests/vm/guest/upholds_test.go). Never for
+// templates, oneshots, socket- or timer-activated units.
+func RestartWithAgent() Unit {
 	return Unit{{"Unit", []Directive{
-		{Key: "Upholds", Value: []string{"{services}"},
-			Why: "Start the confined services again whenever the agent is active."},
+		{Key: "Wants", Value: []string{"{services}"},
+			Why: "Start these long-running confined services whenever the agent starts\n" +
+				"(boot, systemctl restart, the automatic restart after a failure); a\n" +
+				"service stopped by hand stays stopped until the agent starts again."},
 	}}}
+}
+
+// NscdKeepsDir is the drop-in for nscd.service that keeps /run/nscd when
+// nscd stops or restarts (NixOS's nscd has RuntimeDirectory=nscd, which
+// removes it): removing it would detach the mask confined services have on
+// it. Debian's nscd keeps it anyway (a tmpfiles directory); the drop-in
+// is harmless there.
+func NscdKeepsDir() Unit {
+	return Unit{{"Service", []Directive{
+		{Key: "RuntimeDirectoryPreserve", Value: true,
+			Why: "Confined services mask /run/nscd; removing the directory would unmask it\n" +
+				"in every running one (their lookups would reach the host's nscd)."},
+	}}}
+}
+
+// maskOptions are the TemporaryFileSystem= options of every mask.
+const maskOptions = ":ro,mode=0755"
+
+// Masks are the TemporaryFileSystem= entries of the confining drop-in.
+func Masks() []string {
+	var out []string
+	for _, p := range names.Hidden() {
+		out = append(out, p+maskOptions)
+	}
+	return out
+}
+
+// ResolvedBinds bind the namespace's resolv.conf inside the mask of
+// resolved's directory.
+func ResolvedBinds() []string {
+	var out []string
+	for _, f := range names.ResolvedResolvConfs {
+		out = append(out, names.ResolvConf("{name}")+":"+names.ResolvedDir+"/"+f)
+	}
+	return out
 }
 
 // Vars fill the placeholders of a unit.
@@ -291,8 +342,9 @@ func DropIn(name, tunnel, nsVeth, agentUnit string) string {
 		Render(Confined(), ConfinedVars(name, agentUnit, tunnel, nsVeth), true)
 }
 
-// UpholdDropIn renders the agent-side drop-in that upholds services.
-func UpholdDropIn(agentUnit string, services []string) string {
-	return fmt.Sprintf("# Generated by vpn-agent unit --upholds: install as\n# /etc/systemd/system/%s.d/upholds.conf\n", agentUnit) +
-		Render(Upholds(), Vars{"services": strings.Join(services, " ")}, false)
+// RestartWithAgentDropIn renders the agent-side drop-in that starts
+// services with the agent.
+func RestartWithAgentDropIn(agentUnit string, services []string) string {
+	return fmt.Sprintf("# Generated by vpn-agent unit --restart-with-agent: install as\n# /etc/systemd/system/%s.d/restart-with-agent.conf\n", agentUnit) +
+		Render(RestartWithAgent(), Vars{"services": strings.Join(services, " ")}, true)
 }

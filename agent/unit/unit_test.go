@@ -31,7 +31,7 @@ func TestGenerated(t *testing.T) {
 // Every directive says why it exists (StartLimitBurst shares its
 // interval's comment).
 func TestEveryDirectiveHasWhy(t *testing.T) {
-	for name, u := range map[string]Unit{"agent": Agent(), "confined": Confined(), "upholds": Upholds()} {
+	for name, u := range map[string]Unit{"agent": Agent(), "confined": Confined(), "restart-with-agent": RestartWithAgent(), "nscd": NscdKeepsDir()} {
 		for _, s := range u {
 			for _, d := range s.Directives {
 				if d.Why == "" && d.Key != "StartLimitBurst" {
@@ -49,8 +49,9 @@ func TestDropIn(t *testing.T) {
 		"After=vpn-agent@proton.service\n",
 		"PartOf=vpn-agent@proton.service\n",
 		"NetworkNamespacePath=/run/netns/proton\n",
-		"BindReadOnlyPaths=/etc/netns/proton/resolv.conf:/etc/resolv.conf /etc/netns/proton/nsswitch.conf:/etc/nsswitch.conf\n",
-		"InaccessiblePaths=-/run/nscd -/var/run/nscd -/run/systemd/resolve/io.systemd.Resolve -/run/systemd/resolve/io.systemd.Resolve.Monitor -/run/dbus/system_bus_socket -/var/run/wireguard\n",
+		"BindReadOnlyPaths=/etc/netns/proton/resolv.conf:/etc/resolv.conf /etc/netns/proton/nsswitch.conf:/etc/nsswitch.conf " +
+			"/etc/netns/proton/resolv.conf:/run/systemd/resolve/stub-resolv.conf /etc/netns/proton/resolv.conf:/run/systemd/resolve/resolv.conf\n",
+		"TemporaryFileSystem=/run/nscd:ro,mode=0755 /run/systemd/resolve:ro,mode=0755 /run/dbus:ro,mode=0755 /var/run/wireguard:ro,mode=0755\n",
 		"RestrictNetworkInterfaces=lo vc-proton\n",
 		"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK\n",
 		"CapabilityBoundingSet=~CAP_NET_RAW\n",
@@ -61,6 +62,9 @@ func TestDropIn(t *testing.T) {
 	}
 	if got := DropIn("p", "wg0", "vn-p", "a.service"); !strings.Contains(got, "RestrictNetworkInterfaces=lo wg0 vn-p\n") {
 		t.Errorf("host link veth missing:\n%s", got)
+	}
+	if strings.Contains(got, "InaccessiblePaths") || strings.Contains(got, "io.systemd.Resolve") {
+		t.Errorf("a mask on a socket file (lost when its daemon restarts):\n%s", got)
 	}
 	if strings.Contains(got, "{") {
 		t.Errorf("unfilled placeholder:\n%s", got)
@@ -81,9 +85,10 @@ func TestRenderValues(t *testing.T) {
 	}
 }
 
-func TestUpholdDropIn(t *testing.T) {
-	got := UpholdDropIn("vpn-agent@p.service", []string{"a.service", "b.service"})
-	if !strings.Contains(got, "[Unit]\nUpholds=a.service b.service\n") || !strings.Contains(got, "vpn-agent@p.service.d/upholds.conf") {
+func TestRestartWithAgentDropIn(t *testing.T) {
+	got := RestartWithAgentDropIn("vpn-agent@p.service", []string{"a.service", "b.service"})
+	if !strings.Contains(got, "\nWants=a.service b.service\n") || !strings.Contains(got, "[Unit]\n") ||
+		!strings.Contains(got, "vpn-agent@p.service.d/restart-with-agent.conf") || strings.Contains(got, "Upholds=") {
 		t.Errorf("got:\n%s", got)
 	}
 }

@@ -146,16 +146,23 @@ let
         dns.servers = [ "10.64.0.1" ];
       };
     };
+    # What services.transmission.enable / services.prowlarr.enable define
+    # in nixpkgs (here stubs: a description, wantedBy and ExecStart).
     systemd.services.transmission = {
       description = "Transmission BitTorrent Service";
+      wantedBy = [ "multi-user.target" ];
       vpnConfinement = {
         enable = true;
         namespace = "proton";
       };
     };
-    systemd.services.prowlarr.vpnConfinement = {
-      enable = true;
-      namespace = "mullvad";
+    systemd.services.prowlarr = {
+      wantedBy = [ "multi-user.target" ];
+      serviceConfig.ExecStart = "/nix/store/00000000000000000000000000000000-prowlarr/bin/Prowlarr";
+      vpnConfinement = {
+        enable = true;
+        namespace = "mullvad";
+      };
     };
   };
   example = eval exampleConfig;
@@ -182,7 +189,6 @@ let
     name: u:
     "# ${name}.service"
     + lib.optionalString (u.wantedBy != [ ]) " (wanted by ${lib.concatStringsSep ", " u.wantedBy})"
-    + lib.optionalString (u.upheldBy != [ ]) " (upheld by ${lib.concatStringsSep ", " u.upheldBy})"
     + "\n[Unit]\n"
     + lib.optionalString (u.description != "") "Description=${u.description}\n"
     + depLine "Wants" u.wants
@@ -551,7 +557,11 @@ let
       (expectEq "transmission bindsTo" u.transmission.bindsTo [ "vpn-agent-proton.service" ])
       (expectEq "transmission after" u.transmission.after [ "vpn-agent-proton.service" ])
       (expectEq "transmission partOf" u.transmission.partOf [ "vpn-agent-proton.service" ])
-      (expectEq "transmission upheldBy" u.transmission.upheldBy [ "vpn-agent-proton.service" ])
+      (expectEq "transmission upheldBy (Upholds= restarts a stopped service)" u.transmission.upheldBy [ ])
+      (expectEq "mullvad agent wants (restartWithAgent)" u.vpn-agent-mullvad.wants [
+        "network-online.target"
+        "prowlarr.service"
+      ])
       (expectEq "transmission RestrictNetworkInterfaces" t.RestrictNetworkInterfaces [
         "lo"
         "vc-proton"
@@ -564,12 +574,16 @@ let
       (expectEq "transmission BindReadOnlyPaths" t.BindReadOnlyPaths [
         "/etc/netns/proton/resolv.conf:/etc/resolv.conf"
         "/etc/netns/proton/nsswitch.conf:/etc/nsswitch.conf"
+        "/etc/netns/proton/resolv.conf:/run/systemd/resolve/stub-resolv.conf"
+        "/etc/netns/proton/resolv.conf:/run/systemd/resolve/resolv.conf"
       ])
       (expectEq "transmission serviceConfig keys" (lib.attrNames t) (lib.attrNames units.confined.Service))
-      (expectEq "transmission InaccessiblePaths" t.InaccessiblePaths units.confined.Service.InaccessiblePaths)
+      (expectEq "transmission TemporaryFileSystem" t.TemporaryFileSystem units.confined.Service.TemporaryFileSystem)
       (expectEq "agent before" u.vpn-agent-proton.before [ "transmission.service" ])
       (expectEq "agent after" u.vpn-agent-proton.after units.agent.Unit.After)
-      (expectEq "agent wants" u.vpn-agent-proton.wants units.agent.Unit.Wants)
+      (expectEq "agent wants (units.json's, then restartWithAgent's)" u.vpn-agent-proton.wants (
+        units.agent.Unit.Wants ++ [ "transmission.service" ]
+      ))
       (expectEq "agent wantedBy" u.vpn-agent-proton.wantedBy units.agent.Install.WantedBy)
       (expectEq "agent description" u.vpn-agent-proton.description "VPN confinement namespace proton (WireGuard tunnel and kill switch)")
       (expectEq "agent serviceConfig (but ExecStart)" (removeAttrs a [ "ExecStart" ]) (
@@ -600,12 +614,76 @@ let
       });
     in
     lib.optional (
-      cfg.systemd.services.web.serviceConfig.InaccessiblePaths != [ "-/var/run/wireguard" ]
-    ) "bypass: InaccessiblePaths is not just the WireGuard control sockets"
+      cfg.systemd.services.web.serviceConfig.TemporaryFileSystem != [ "/var/run/wireguard:ro,mode=0755" ]
+    ) "bypass: TemporaryFileSystem is not just the WireGuard control sockets"
+    ++ lib.optional (
+      cfg.systemd.services.web.serviceConfig.BindReadOnlyPaths != [
+        "/etc/netns/vpn/resolv.conf:/etc/resolv.conf"
+        "/etc/netns/vpn/nsswitch.conf:/etc/nsswitch.conf"
+      ]
+    ) "bypass: BindReadOnlyPaths still binds into resolved's (unmasked) directory"
     ++ lib.optional (
       !lib.any (w: lib.hasInfix "DNS leak" w) cfg.warnings
     ) "bypass: no warning"
     ++ lib.optional (cfg.systemd.services.web.serviceConfig.NetworkNamespacePath != "/run/netns/vpn") "bypass: sole namespace not used as the default";
+
+  # restartWithAgent (issue 12 item 20): the agent wants only long-running
+  # services something starts; never a template, a oneshot, a socket- or
+  # timer-activated unit; false opts out; true on a oneshot is refused.
+  restartChecks =
+    let
+      confined =
+        extra:
+        lib.recursiveUpdate {
+          vpnConfinement.enable = true;
+          wantedBy = [ "multi-user.target" ];
+        } extra;
+      cfg = eval (withBase {
+        systemd.services = {
+          daemon = confined { };
+          "probe@" = confined { };
+          job = confined { serviceConfig.Type = "oneshot"; };
+          sock = confined { };
+          timed = confined { };
+          manual = confined { wantedBy = [ ]; };
+          optout = confined { vpnConfinement.restartWithAgent = false; };
+          forced = confined {
+            wantedBy = [ ];
+            vpnConfinement.restartWithAgent = true;
+          };
+        };
+        systemd.sockets.sock.socketConfig.NetworkNamespacePath = "/run/netns/vpn";
+        systemd.timers.timed.wantedBy = [ "timers.target" ];
+      });
+      bad = eval (withBase {
+        systemd.services.job = {
+          vpnConfinement.enable = true;
+          vpnConfinement.restartWithAgent = true;
+          serviceConfig.Type = "oneshot";
+        };
+      });
+      wants = cfg.systemd.services.vpn-agent-vpn.wants;
+    in
+    lib.optional (wants != [
+      "network-online.target"
+      "daemon.service"
+      "forced.service"
+    ]) "restartWithAgent: the agent wants ${builtins.toJSON wants}, want network-online.target, daemon, forced"
+    ++ lib.optional (lib.any (s: s.upheldBy != [ ]) (lib.attrValues cfg.systemd.services)) "restartWithAgent: a service is upheld"
+    ++ lib.optional (
+      !lib.any (m: lib.hasInfix "restartWithAgent = true, but the service is Type=oneshot" m) (failedAssertions bad)
+    ) "restartWithAgent = true on a oneshot: no assertion (got ${builtins.toJSON (failedAssertions bad)})";
+
+  # nscd keeps /run/nscd, the confined services' mask (issue 12 item 21).
+  nscdChecks =
+    let
+      cfg = eval (withBase { services.nscd.enable = true; });
+      off = eval base;
+    in
+    lib.optional (
+      (cfg.systemd.services.nscd.serviceConfig.RuntimeDirectoryPreserve or null) != true
+    ) "nscd: RuntimeDirectoryPreserve is not set (a restart would unmask /run/nscd)"
+    ++ lib.optional (off.systemd.services ? nscd) "nscd: a unit is defined although services.nscd is off";
 
   kernelChecks =
     let
@@ -627,5 +705,12 @@ in
     };
   };
   failures =
-    caseFailures ++ buildCaseFailures ++ exampleChecks ++ bypassChecks ++ kernelChecks ++ newOptionChecks;
+    caseFailures
+    ++ buildCaseFailures
+    ++ exampleChecks
+    ++ bypassChecks
+    ++ restartChecks
+    ++ nscdChecks
+    ++ kernelChecks
+    ++ newOptionChecks;
 }

@@ -89,6 +89,15 @@ in
       type = types.listOf types.str;
       default = [ ];
     };
+    # nixpkgs' nscd module (on by default there); the module adds a drop-in.
+    services.nscd.enable = mkOption {
+      type = types.bool;
+      default = false;
+    };
+    systemd.timers = mkOption {
+      type = types.attrsOf types.anything;
+      default = { };
+    };
     systemd.sockets = mkOption {
       type = types.attrsOf (types.submodule { options.socketConfig = section; });
       default = { };

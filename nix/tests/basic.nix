@@ -50,7 +50,7 @@ common.mkTest {
             "After=vpn-agent-vpn.service",
             "BindReadOnlyPaths=/etc/netns/vpn/resolv.conf:/etc/resolv.conf",
             "BindReadOnlyPaths=/etc/netns/vpn/nsswitch.conf:/etc/nsswitch.conf",
-            "InaccessiblePaths=-/run/nscd",
+            "TemporaryFileSystem=/run/nscd:ro,mode=0755",
             "RestrictNetworkInterfaces=vc-vpn",
         ]:
             assert line in unit, f"{line} missing from probe@.service:\n{unit}"

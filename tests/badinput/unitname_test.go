@@ -12,8 +12,9 @@ func TestUnitNamesRefused(t *testing.T) {
 	for _, tc := range []struct{ flag, value string }{
 		{"--agent-unit", "x.service\nExecStartPre=/bin/sh -c id"},
 		{"--agent-unit", "vpn-agent"},
-		{"--upholds", "transmission.service,evil.service\n[Service]"},
-		{"--upholds", "probe@.service"},
+		{"--restart-with-agent", "transmission.service,evil.service\n[Service]"},
+		{"--restart-with-agent", "probe@.service"},
+		{"--upholds", "probe@.service"}, // the deprecated name of --restart-with-agent
 	} {
 		rc, stdout, stderr := agent(t, host, "unit", "proton", tc.flag, tc.value)
 		msg := strings.TrimRight(stderr, "\n")
@@ -25,8 +26,10 @@ func TestUnitNamesRefused(t *testing.T) {
 		}
 	}
 	// Positive control: good names give a drop-in naming them.
-	rc, stdout, stderr := agent(t, host, "unit", "proton", "--upholds", "transmission.service,sonarr.service")
-	if rc != 0 || !strings.Contains(stdout, "Upholds=transmission.service sonarr.service\n") {
-		t.Errorf("control: rc=%d stdout=%q stderr=%q", rc, stdout, stderr)
+	for _, flag := range []string{"--restart-with-agent", "--upholds"} {
+		rc, stdout, stderr := agent(t, host, "unit", "proton", flag, "transmission.service,sonarr.service")
+		if rc != 0 || !strings.Contains(stdout, "\nWants=transmission.service sonarr.service\n") || strings.Contains(stdout, "Upholds=") {
+			t.Errorf("control %s: rc=%d stdout=%q stderr=%q", flag, rc, stdout, stderr)
+		}
 	}
 }

@@ -658,7 +658,7 @@ func TestSystemdConfinement(t *testing.T) {
 	// after SIGKILL of the agent (Restart=on-failure) the confined service is started again,
 	// after the agent's READY=1; no leak meanwhile.
 	check(t, "upholds-after-sigkill", func(t *testing.T) {
-		up := run(t, agentBin, "unit", f.name, "--upholds", f.loop)
+		up := run(t, agentBin, "unit", f.name, "--restart-with-agent", f.loop) // Wants= since issue 12.20
 		upholds := "/run/systemd/system/" + f.agent + ".d/upholds.conf"
 		writeFile(t, upholds, up)
 		run(t, "systemctl", "daemon-reload")
@@ -667,8 +667,8 @@ func TestSystemdConfinement(t *testing.T) {
 			runErr("systemctl", "daemon-reload")
 			runErr("systemctl", "stop", f.loop)
 		}()
-		if got := prop(t, f.agent, "Upholds"); !strings.Contains(got, f.loop) {
-			t.Fatalf("Upholds of %s: %q", f.agent, got)
+		if got := prop(t, f.agent, "Wants"); !strings.Contains(got, f.loop) {
+			t.Fatalf("Wants of %s: %q", f.agent, got)
 		}
 		if active(f.loop) != "active" {
 			f.startUnit(t, f.loop)

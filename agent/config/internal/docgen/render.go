@@ -53,7 +53,7 @@ func Render(dir string) ([]byte, error) {
 		return nil, fmt.Errorf("the package comment lacks the paragraph that starts the reference")
 	}
 	md := anchor.ReplaceAll(pr.Markdown(p.Parse(intro)), nil)
-	md = []byte(strings.NewReplacer("\\`", "`", "\\_", "_").Replace(string(md)))
+	md = []byte(strings.NewReplacer("\\`", "`", "\\_", "_", "\\[", "[").Replace(string(md)))
 	b.Write(md)
 	b.WriteString("\nEvery field, by its path in the JSON object (`[]` marks a list):\n\n")
 	b.WriteString("| field | type | meaning |\n|---|---|---|\n")
