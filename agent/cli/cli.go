@@ -41,7 +41,7 @@ func commands() []command {
 		{"run", "--config FILE [--adopt]", "run and supervise a namespace (systemd Type=notify)", cmdRun},
 		{"up", "--config FILE [--timeout D] [--adopt]", "bring a namespace up and return", cmdUp},
 		{"down", "NAME [--timeout D] [--force]", "tear a namespace down completely", cmdDown},
-		{"exec", "NAME -- CMD [ARG...]", "run a command inside a namespace", cmdExec},
+		{"exec", "[--user USER[:GROUP]] NAME -- CMD [ARG...]", "run a command inside a namespace (as USER: without capabilities)", cmdExec},
 		{"status", "[NAME...] [--json]", "show namespace health (exit 1 if degraded)", cmdStatus},
 		{"validate", "--config FILE [--config FILE...] [--static]", "check configs (and conflicts between them); change nothing", cmdValidate},
 		{"policy", "--config FILE [--host]", "print the kill-switch ruleset (nft syntax)", cmdPolicy},
