@@ -29,6 +29,12 @@ func cmdStatus(args []string, out io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
+	// Without root, the namespace, the tunnel and the kill switch cannot be
+	// read: a report would say they are missing (a false alarm).
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "vpn-agent: status needs root: it reads the namespace, the tunnel and the kill switch (run it with sudo)")
+		return ExitBadInput
+	}
 	names := fs.Args()
 	if len(names) == 0 {
 		names = status.Names()
