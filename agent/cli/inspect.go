@@ -97,6 +97,9 @@ func printReport(w io.Writer, r *status.Report) {
 		if p.HandshakeAgeSec != nil {
 			hs = (time.Duration(*p.HandshakeAgeSec) * time.Second).String() + " ago"
 		}
+		if p.Idle {
+			hs += " (idle: nothing sent since)"
+		}
 		fmt.Fprintf(w, "  peer:       %s, handshake %s, rx %d B, tx %d B\n", p.Endpoint, hs, p.RxBytes, p.TxBytes)
 	}
 	pol := "NOT loaded"

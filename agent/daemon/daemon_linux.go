@@ -72,6 +72,10 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			repair(ctx, eng, inst, health.Check(inst.Spec, inst.Tunnel), log)
 		case <-tick.C:
 			repair(ctx, eng, inst, health.Check(inst.Spec, inst.Tunnel), log)
+			// Mark the tx counter soon after each handshake is due for
+			// renewal, so that status can tell an idle tunnel from a peer
+			// that stopped answering.
+			health.SampleTx(inst.Spec.Name, inst.Spec.Interface)
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
 			if health.Check(inst.Spec, inst.Tunnel).Healthy() {

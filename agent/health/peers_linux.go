@@ -1,52 +1,89 @@
 package health
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
-// staleHandshake: WireGuard re-handshakes every 2 minutes while traffic
-// flows; with keepalive on, a handshake older than this means trouble.
-const staleHandshake = 180 * time.Second
-
 // inspectPeers reads the tunnel's peers (never its keys) and judges
-// whether any has handshaken recently.
+// whether any is answering (see judge). It records each peer's tx counter
+// at a new handshake, so that a later look can tell idle from dead.
 func inspectPeers(r *Report) {
-	err := netns.Do(r.Name, func() error {
+	d, err := readDevice(r.Name, r.Interface)
+	if err != nil {
+		if r.Link.Up {
+			r.Add(WireGuardUnreadable, "cannot read WireGuard state: %v", err)
+		}
+		return
+	}
+	now := time.Now()
+	samples := samplesOf(d)
+	marks := readMarks(names.TxMarks(r.Name))
+	next := nextMarks(now, samples, marks)
+	writeMarks(names.TxMarks(r.Name), next)
+	fresh, stale := false, ""
+	for i, p := range d.Peers {
+		pr := Peer{RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval.Seconds()}
+		if p.Endpoint != nil {
+			pr.Endpoint = p.Endpoint.String()
+		}
+		if !p.LastHandshakeTime.IsZero() {
+			t := p.LastHandshakeTime.UTC()
+			age := now.Sub(p.LastHandshakeTime).Seconds()
+			pr.LatestHandshake, pr.HandshakeAgeSec = &t, &age
+		}
+		v := judge(now, samples[i], next[samples[i].ID])
+		pr.Idle = v.Idle
+		if v.Fresh {
+			fresh = true
+		} else if stale == "" {
+			stale = v.Stale
+		}
+		r.Peers = append(r.Peers, pr)
+	}
+	switch {
+	case fresh:
+	case stale != "":
+		r.Add(HandshakeStale, "%s", stale)
+	default:
+		r.Add(HandshakeStale, "no recent handshake with any peer")
+	}
+}
+
+// SampleTx records the peers' tx counters at a new handshake without
+// judging them: the agent calls it every check, so that the mark is taken
+// right after each handshake and status can tell idle from dead.
+func SampleTx(name, iface string) {
+	if d, err := readDevice(name, iface); err == nil {
+		p := names.TxMarks(name)
+		writeMarks(p, nextMarks(time.Now(), samplesOf(d), readMarks(p)))
+	}
+}
+
+func readDevice(name, iface string) (d *wgtypes.Device, err error) {
+	err = netns.Do(name, func() error {
 		c, err := wgctrl.New()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		d, err := c.Device(r.Interface)
-		if err != nil {
-			return err
-		}
-		now := time.Now()
-		fresh := false
-		for _, p := range d.Peers {
-			pr := Peer{RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval.Seconds()}
-			if p.Endpoint != nil {
-				pr.Endpoint = p.Endpoint.String()
-			}
-			if !p.LastHandshakeTime.IsZero() {
-				t := p.LastHandshakeTime.UTC()
-				age := now.Sub(p.LastHandshakeTime).Seconds()
-				pr.LatestHandshake, pr.HandshakeAgeSec = &t, &age
-				if p.PersistentKeepaliveInterval == 0 || now.Sub(p.LastHandshakeTime) < staleHandshake+p.PersistentKeepaliveInterval {
-					fresh = true
-				}
-			}
-			r.Peers = append(r.Peers, pr)
-		}
-		if !fresh {
-			r.Add(HandshakeStale, "no recent handshake with any peer")
-		}
-		return nil
+		d, err = c.Device(iface)
+		return err
 	})
-	if err != nil && r.Link.Up {
-		r.Add(WireGuardUnreadable, "cannot read WireGuard state: %v", err)
+	return d, err
+}
+
+func samplesOf(d *wgtypes.Device) []peerSample {
+	var out []peerSample
+	for _, p := range d.Peers {
+		id := sha256.Sum256(p.PublicKey[:])
+		out = append(out, peerSample{ID: hex.EncodeToString(id[:8]), Handshake: p.LastHandshakeTime, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval})
 	}
+	return out
 }

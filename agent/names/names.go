@@ -64,6 +64,10 @@ func StateDir(ns string) string { return filepath.Join(RuntimeDir, ns) }
 // StateFile records what the agent manages for namespace ns.
 func StateFile(ns string) string { return filepath.Join(StateDir(ns), "state.json") }
 
+// TxMarks records each WireGuard peer's transmit counter when its current
+// handshake was first seen (health tells an idle tunnel from a dead peer).
+func TxMarks(ns string) string { return filepath.Join(StateDir(ns), "txmarks.json") }
+
 // AgentLog is the log of the detached agent `up` starts for namespace ns.
 func AgentLog(ns string) string { return filepath.Join(StateDir(ns), "agent.log") }
 
