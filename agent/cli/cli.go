@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
 )
@@ -195,7 +196,8 @@ func fail(err error) int {
 func isBadInput(err error) bool {
 	var fe *config.FieldError
 	var we *wgquick.Error
-	return errors.As(err, &fe) || errors.As(err, &we)
+	var rn *engine.RestartNeeded
+	return errors.As(err, &fe) || errors.As(err, &we) || errors.As(err, &rn)
 }
 
 // loadSpec loads the config named by --config.

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,7 +33,8 @@ func cmdRun(args []string, out io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := daemon.Run(context.Background(), eng, s, daemon.Options{ConfigPath: abs, Interval: *interval, Log: log}); err != nil {
+	load := func() (*config.Spec, error) { return loadSpec(abs, false) }
+	if err := daemon.Run(context.Background(), eng, s, daemon.Options{ConfigPath: abs, Interval: *interval, Log: log, Load: load}); err != nil {
 		return fail(err)
 	}
 	return ExitOK
@@ -62,8 +64,7 @@ func cmdUp(args []string, out io.Writer) int {
 			if werr != nil {
 				return fail(fmt.Errorf("%v; %v", err, werr))
 			}
-			fmt.Fprintf(out, "namespace %s already up (agent pid %d)\n", s.Name, pid)
-			return ExitOK
+			return upRunning(out, s, abs, pid, *timeout)
 		} else if err == nil {
 			l.Release(true)
 		}
@@ -76,11 +77,22 @@ func cmdUp(args []string, out io.Writer) int {
 		fmt.Fprintf(out, "namespace %s up (userspace backend, agent pid %d; stop it with vpn-agent down %s)\n", s.Name, pid, s.Name)
 		return ExitOK
 	}
+	// Up converges a namespace that is up already, applying a new
+	// config's live parts; one that differs in any other part is refused
+	// before anything changes.
+	_, live, _, err := runningDiff(s)
+	if err != nil {
+		return fail(err)
+	}
 	inst, err := eng.Up(context.Background(), s, abs)
 	if err != nil {
 		return fail(err)
 	}
 	inst.Release()
+	if len(live) > 0 {
+		fmt.Fprintf(out, "namespace %s reloaded (changed: %s)\n", s.Name, strings.Join(live, ", "))
+		return ExitOK
+	}
 	fmt.Fprintf(out, "namespace %s up (%s backend)\n", s.Name, inst.Backend)
 	return ExitOK
 }

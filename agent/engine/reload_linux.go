@@ -84,3 +84,11 @@ func isRestartNeeded(err error) bool {
 	_, ok := err.(*RestartNeeded)
 	return ok
 }
+
+// ReloadInvalid records a reload whose config could not be loaded (bad
+// input): nothing was changed.
+func (e *Engine) ReloadInvalid(inst *Instance, err error) error {
+	st := inst.state()
+	st.Reload = &ReloadResult{At: time.Now().UTC(), Error: err.Error(), BadInput: true}
+	return e.sys().files.WriteState(st)
+}
