@@ -33,6 +33,9 @@ func cmdRun(args []string, out io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	if err := preflight(eng, s); err != nil {
+		return fail(err)
+	}
 	load := func() (*config.Spec, error) { return loadSpec(abs, false) }
 	if err := daemon.Run(context.Background(), eng, s, daemon.Options{ConfigPath: abs, Interval: *interval, Log: log, Load: load}); err != nil {
 		return fail(err)
@@ -49,6 +52,9 @@ func cmdUp(args []string, out io.Writer) int {
 	}
 	_, s, eng, abs, err := prepare(*cfg, *level, *format)
 	if err != nil {
+		return fail(err)
+	}
+	if err := preflight(eng, s); err != nil {
 		return fail(err)
 	}
 	backend, err := eng.Backend(s)
