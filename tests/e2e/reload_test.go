@@ -72,9 +72,10 @@ func TestReload(t *testing.T) {
 		write(func(cfg *config.Config) {
 			cfg.DNS.Servers = []string{topo.ProvTunnel4.String(), "10.99.0.53"}
 			cfg.OpenPorts = append(cfg.OpenPorts, config.Port{Port: 6881})
+			cfg.WireGuard.Peers[0].PersistentKeepalive = 17
 		})
 		o := c.ag.Cmd("up", "--config", c.path)
-		if o.ExitCode() != 0 || strings.TrimSpace(o.Stdout) != "namespace "+c.name+" reloaded (changed: dns, openPorts)" {
+		if o.ExitCode() != 0 || strings.TrimSpace(o.Stdout) != "namespace "+c.name+" reloaded (changed: dns, openPorts, peers)" {
 			t.Fatalf("up with new DNS and ports:\n%s", o)
 		}
 		if !strings.Contains(seen(), "nameserver 10.99.0.53") {
@@ -82,6 +83,9 @@ func TestReload(t *testing.T) {
 		}
 		if !strings.Contains(table(), "6881") {
 			t.Errorf("the kill switch does not open the new port:\n%s", table())
+		}
+		if _, o, _ := c.ag.Status(c.name); !strings.Contains(o.Stdout, `"keepaliveSeconds": 17`) {
+			t.Errorf("the peer's new keepalive is not in effect:\n%s", o)
 		}
 		if c.d.Exited() || c.d.Pid() != pid {
 			t.Errorf("the agent did not survive the reload:\n%s", c.d.Output())
