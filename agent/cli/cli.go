@@ -1,6 +1,8 @@
-// Package cli implements vpn-agent's subcommands. Exit codes: 0 success
-// (status: healthy), 1 runtime failure (status: degraded), 2 bad input or
-// usage (nothing was changed).
+// Package cli implements vpn-agent's subcommands. Exit codes (README's
+// table): 0 success (status: healthy), 1 runtime failure (status:
+// degraded), 2 bad input or usage, including what only the host reveals
+// at up (preflight), a namespace that is not up, and status without root:
+// nothing was changed.
 package cli
 
 import (
@@ -38,11 +40,11 @@ type command struct {
 // functions look commands up for --help.
 func commands() []command {
 	return []command{
-		{"run", "--config FILE [--adopt]", "run and supervise a namespace (systemd Type=notify)", cmdRun},
-		{"up", "--config FILE [--timeout D] [--adopt]", "bring a namespace up and return", cmdUp},
+		{"run", "--config FILE [--adopt]", "run and supervise a namespace (systemd Type=notify; SIGHUP reloads)", cmdRun},
+		{"up", "--config FILE [--timeout D] [--adopt]", "bring a namespace up and return (reload it if up with a changed config)", cmdUp},
 		{"down", "NAME [--timeout D] [--force]", "tear a namespace down completely", cmdDown},
 		{"exec", "[--user USER[:GROUP]] NAME -- CMD [ARG...]", "run a command inside a namespace (as USER: without capabilities)", cmdExec},
-		{"status", "[NAME...] [--json]", "show namespace health (exit 1 if degraded)", cmdStatus},
+		{"status", "[NAME...] [--json]", "show namespace health (exit 1 if degraded, 2 if not up; needs root)", cmdStatus},
 		{"validate", "--config FILE [--config FILE...] [--static]", "check configs (and conflicts between them); change nothing", cmdValidate},
 		{"policy", "--config FILE [--host]", "print the kill-switch ruleset (nft syntax)", cmdPolicy},
 		{"unit", "NAME [--config FILE] [--agent-unit UNIT] [--restart-with-agent SERVICES]", "print the systemd drop-in confining a service", cmdUnit},
@@ -67,7 +69,10 @@ func usage() string {
 		fmt.Fprintf(&b, "  vpn-agent %-8s %s\n      %s\n", c.name, c.args, c.summary)
 	}
 	b.WriteString("\nvpn-agent COMMAND --help shows a command's flags. Exit codes: 0 ok (status:\n" +
-		"healthy), 1 degraded or a runtime failure, 2 bad input (nothing was changed).\n")
+		"healthy), 1 degraded or a runtime failure, 2 bad input, also found only at up\n" +
+		"(unresolvable endpoint, interface name or listen port taken, no kernel module),\n" +
+		"a namespace that is not up, or status without root: nothing was changed. exec\n" +
+		"passes the command's exit status through.\n")
 	return b.String()
 }
 
@@ -186,7 +191,8 @@ func isBadInput(err error) bool {
 	var we *wgquick.Error
 	var no *engine.NotOwnedError
 	var nu *engine.NotUpError
-	return errors.As(err, &fe) || errors.As(err, &we) || errors.As(err, &no) || errors.As(err, &nu)
+	var rn *engine.RestartNeeded
+	return errors.As(err, &fe) || errors.As(err, &we) || errors.As(err, &no) || errors.As(err, &nu) || errors.As(err, &rn)
 }
 
 // loadSpec loads the config named by --config.

@@ -29,6 +29,12 @@ func cmdStatus(args []string, out io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
+	// Without root, the namespace, the tunnel and the kill switch cannot be
+	// read: a report would say they are missing (a false alarm).
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "vpn-agent: status needs root: it reads the namespace, the tunnel and the kill switch (run it with sudo)")
+		return ExitBadInput
+	}
 	names := fs.Args()
 	if len(names) == 0 {
 		names = status.Names()
@@ -90,6 +96,9 @@ func printReport(w io.Writer, r *status.Report) {
 		hs := "never"
 		if p.HandshakeAgeSec != nil {
 			hs = (time.Duration(*p.HandshakeAgeSec) * time.Second).String() + " ago"
+		}
+		if p.Idle {
+			hs += " (idle: nothing sent since)"
 		}
 		fmt.Fprintf(w, "  peer:       %s, handshake %s, rx %d B, tx %d B\n", p.Endpoint, hs, p.RxBytes, p.TxBytes)
 	}

@@ -35,7 +35,11 @@ func cmdRun(args []string, out io.Writer) int {
 		return fail(err)
 	}
 	eng.Adopt = *adopt
-	if err := daemon.Run(context.Background(), eng, s, daemon.Options{ConfigPath: abs, Interval: *interval, Log: log}); err != nil {
+	if err := preflight(eng, s); err != nil {
+		return fail(err)
+	}
+	load := func() (*config.Spec, error) { return loadSpec(abs, false) }
+	if err := daemon.Run(context.Background(), eng, s, daemon.Options{ConfigPath: abs, Interval: *interval, Log: log, Load: load}); err != nil {
 		return fail(err)
 	}
 	return ExitOK
@@ -54,6 +58,9 @@ func cmdUp(args []string, out io.Writer) int {
 		return fail(err)
 	}
 	eng.Adopt = *adopt
+	if err := preflight(eng, s); err != nil {
+		return fail(err)
+	}
 	backend, err := eng.Backend(s)
 	if err != nil {
 		return fail(err)
@@ -67,8 +74,7 @@ func cmdUp(args []string, out io.Writer) int {
 			if werr != nil {
 				return fail(fmt.Errorf("%v; %v", err, werr))
 			}
-			fmt.Fprintf(out, "namespace %s already up (agent pid %d)\n", s.Name, pid)
-			return ExitOK
+			return upRunning(out, s, abs, pid, *timeout)
 		} else if err == nil {
 			l.Release(true)
 		}
@@ -85,11 +91,22 @@ func cmdUp(args []string, out io.Writer) int {
 		fmt.Fprintf(out, "namespace %s up (userspace backend, agent pid %d; stop it with vpn-agent down %s)\n", s.Name, pid, s.Name)
 		return ExitOK
 	}
+	// Up converges a namespace that is up already, applying a new
+	// config's live parts; one that differs in any other part is refused
+	// before anything changes.
+	_, live, _, err := runningDiff(s)
+	if err != nil {
+		return fail(err)
+	}
 	inst, err := eng.Up(context.Background(), s, abs)
 	if err != nil {
 		return fail(err)
 	}
 	inst.Release()
+	if len(live) > 0 {
+		fmt.Fprintf(out, "namespace %s reloaded (changed: %s)\n", s.Name, strings.Join(live, ", "))
+		return ExitOK
+	}
 	fmt.Fprintf(out, "namespace %s up (%s backend)\n", s.Name, inst.Backend)
 	return ExitOK
 }

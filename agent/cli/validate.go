@@ -21,7 +21,7 @@ func cmdValidate(args []string, out io.Writer) int {
 	fs, _, _ := flags("validate")
 	var cfgs configList
 	fs.Var(&cfgs, "config", "config file (JSON); repeat to check several namespaces together for conflicts")
-	static := fs.Bool("static", false, "do not read referenced files (wg-quick file, keys): for build-time checks")
+	static := fs.Bool("static", false, "do not read referenced files (wg-quick file, keys) or check this host (endpoint names resolve, kernel backend available, interface name and listen port free): for build-time checks")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
@@ -29,6 +29,11 @@ func cmdValidate(args []string, out io.Writer) int {
 		s, err := loadSpec(strings.Join(cfgs, ""), *static)
 		if err != nil {
 			return fail(err)
+		}
+		if !*static {
+			if err := preflight(newEngine(newLogger("warn", "text")), s); err != nil {
+				return fail(err)
+			}
 		}
 		reportOK(out, s, *static)
 		return ExitOK
@@ -41,6 +46,12 @@ func cmdValidate(args []string, out io.Writer) int {
 		if err != nil {
 			rc = max(rc, fail(fmt.Errorf("%s: %w", f, err)))
 			continue
+		}
+		if !*static {
+			if err := preflight(newEngine(newLogger("warn", "text")), s); err != nil {
+				rc = max(rc, fail(fmt.Errorf("%s: %w", f, err)))
+				continue
+			}
 		}
 		specs, files = append(specs, s), append(files, f)
 	}

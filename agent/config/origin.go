@@ -56,3 +56,9 @@ func (s *Spec) peerName(i int) string {
 
 // wgKey is the wg-quick spelling of a peer's JSON field.
 var wgKey = map[string]string{"publicKey": "PublicKey", "endpoint": "Endpoint", "allowedIPs": "AllowedIPs"}
+
+// PeerError reports a problem with peer i's field key (e.g. "endpoint")
+// found after resolution (at bring-up), where the user wrote it.
+func (s *Spec) PeerError(i int, key, fix, format string, args ...any) error {
+	return s.peerErr(i, -1, key, fix, format, args...)
+}

@@ -21,6 +21,9 @@ type Options struct {
 	// Interval between health checks (default 1s).
 	Interval time.Duration
 	Log      *slog.Logger
+	// Load reads the config file again, for a reload (SIGHUP). Nil: a
+	// SIGHUP is logged and changes nothing.
+	Load func() (*config.Spec, error)
 }
 
 // Run brings s up and supervises it until SIGTERM/SIGINT or ctx ends,
@@ -34,7 +37,9 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		o.Interval = time.Second
 	}
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// SIGHUP reloads; caught from the start, so that one arriving during
+	// Up waits for it instead of killing the agent without teardown.
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
 	eng.HolderPID = os.Getpid()
@@ -67,6 +72,10 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		}
 		select {
 		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				reload(ctx, eng, inst, o.Load, log)
+				continue
+			}
 			log.Info("stopping", "signal", sig.String())
 			Notify("STOPPING=1")
 			return teardown(eng, inst, log)
@@ -82,6 +91,10 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			rep := health.Check(inst.Spec, inst.Tunnel)
 			mon.observe(inst)
 			mon.repaired(rep, repair(ctx, eng, inst, rep, log))
+			// Mark the tx counter soon after each handshake is due for
+			// renewal, so that status can tell an idle tunnel from a peer
+			// that stopped answering.
+			health.SampleTx(inst.Spec.Name, inst.Spec.Interface)
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
 			if health.Check(inst.Spec, inst.Tunnel).Healthy() {
@@ -89,6 +102,32 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			}
 		}
 	}
+}
+
+// reload re-reads the config and applies what can change live; an
+// invalid config, or one that needs a restart, leaves the running one as
+// it is. Either way the outcome goes to the state file, for `up`.
+func reload(ctx context.Context, eng *engine.Engine, inst *engine.Instance, load func() (*config.Spec, error), log *slog.Logger) {
+	if load == nil {
+		log.Warn("SIGHUP: no config file to reload")
+		return
+	}
+	log.Info("reloading the config (SIGHUP)")
+	next, err := load()
+	if err != nil {
+		log.Error("reload: the new config is invalid; the running one stays", "err", err)
+		if werr := eng.ReloadInvalid(inst, err); werr != nil {
+			log.Error("reload: cannot record the outcome", "err", werr)
+		}
+		return
+	}
+	changed, err := eng.Reload(ctx, inst, next)
+	if err != nil {
+		log.Error("reload failed; the running config stays", "err", err)
+		return
+	}
+	Notify(fmt.Sprintf("STATUS=namespace %s up (%s backend), reloaded", inst.Spec.Name, inst.Backend))
+	log.Info("reloaded", "changed", changed)
 }
 
 // teardown removes the namespace and waits until the kernel has removed

@@ -63,6 +63,7 @@ type Instance struct {
 	lock    *Lock
 
 	configPath string
+	started    time.Time
 	pid        int             // recorded in the state file: the process that holds the namespace
 	reclaimed  <-chan struct{} // set by Teardown: closed once the tunnel link is gone
 }
@@ -259,13 +260,10 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 		return err
 	}
 
-	st := &State{Name: s.Name, Backend: backend, Interface: s.Interface, ConfigPath: inst.configPath, IPv6: s.IPv6, Started: time.Now().UTC(), PID: inst.pid}
-	if s.HostLink != nil {
-		st.HostIf = s.HostLink.HostIf
+	if inst.started.IsZero() {
+		inst.started = time.Now().UTC()
 	}
-	for _, d := range s.DNS {
-		st.DNS = append(st.DNS, d.String())
-	}
+	st := inst.state()
 	j.add(StepState, func() error { return sys.files.RemoveState(s.Name) })
 	if err := sys.files.WriteState(st); err != nil {
 		return err
@@ -275,6 +273,21 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	}
 	log.Info("namespace up", "backend", backend, "interface", s.Interface, "adopted", inst.Adopted)
 	return nil
+}
+
+// state is what the state file records about inst.
+func (inst *Instance) state() *State {
+	s := inst.Spec
+	st := &State{Name: s.Name, Backend: inst.Backend, Interface: s.Interface, ConfigPath: inst.configPath, IPv6: s.IPv6, Started: inst.started, PID: inst.pid}
+	if s.HostLink != nil {
+		st.HostIf = s.HostLink.HostIf
+	}
+	for _, d := range s.DNS {
+		st.DNS = append(st.DNS, d.String())
+	}
+	st.ConfigDigests = Digests(s)
+	st.ConfigDigest = Digest(st.ConfigDigests)
+	return st
 }
 
 // RepairTunnel recreates a tunnel whose link vanished (e.g. deleted by an

@@ -35,6 +35,7 @@ type world struct {
 
 	calls      []string
 	violations []string
+	lastState  *State // the last state file written
 	// fail makes the named call fail (before it changes anything).
 	fail map[string]error
 }
@@ -219,6 +220,15 @@ func (f fakeTunnels) Ensure(_ context.Context, s *config.Spec, b config.Backend,
 	f.tunnels[key] = true
 	return &fakeTunnel{w: f.world, ns: s.Name, name: s.Interface, backend: b, done: make(chan struct{})}, nil
 }
+func (f fakeTunnels) Reconfigure(_ context.Context, s *config.Spec) error {
+	if err := f.call("tunnel.reconfigure " + s.Interface); err != nil {
+		return err
+	}
+	if !f.tunnels[s.Name+"/"+s.Interface] {
+		return fmt.Errorf("configure wireguard %q: no such device", s.Interface)
+	}
+	return nil
+}
 func (f fakeTunnels) Destroy(ns, iface string) error {
 	if err := f.call("tunnel.destroy " + iface); err != nil {
 		return err
@@ -270,11 +280,21 @@ func (f fakeFiles) RemoveResolver(name string) error {
 	delete(f.resolver, name)
 	return nil
 }
+func (f fakeFiles) RewriteResolvConf(s *config.Spec) error {
+	if err := f.call("files.rewrite-resolv " + s.Name); err != nil {
+		return err
+	}
+	if !f.resolver[s.Name] {
+		return fmt.Errorf("rewrite resolv.conf of %s: no such file", s.Name)
+	}
+	return nil
+}
 func (f fakeFiles) WriteState(st *State) error {
 	if err := f.call("files.state " + st.Name); err != nil {
 		return err
 	}
 	f.state[st.Name] = true
+	f.lastState = st
 	return nil
 }
 func (f fakeFiles) RemoveState(name string) error {

@@ -70,10 +70,37 @@ func writeResolver(s *config.Spec) (created bool, err error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return created, fmt.Errorf("read /etc/nsswitch.conf: %w", err)
 	}
-	if err := atomicfile.Write(names.ResolvConf(s.Name), ResolvConf(s), 0o644); err != nil {
+	// An existing resolv.conf is rewritten in place, never replaced: a
+	// running service may have it bind-mounted.
+	if old, err := os.ReadFile(names.ResolvConf(s.Name)); err == nil {
+		if !bytes.Equal(old, ResolvConf(s)) {
+			if err := rewriteResolvConf(s); err != nil {
+				return created, err
+			}
+		}
+	} else if err := atomicfile.Write(names.ResolvConf(s.Name), ResolvConf(s), 0o644); err != nil {
 		return created, err
 	}
 	return created, atomicfile.Write(names.NSSwitch(s.Name), NSSwitch(hostNSS), 0o644)
+}
+
+// rewriteResolvConf writes resolv.conf in place: truncated and written
+// under the same inode, since processes in the namespace may have it
+// bind-mounted (ip netns exec, systemd's BindReadOnlyPaths) and would keep
+// a replaced file's old inode.
+func rewriteResolvConf(s *config.Spec) error {
+	f, err := os.OpenFile(names.ResolvConf(s.Name), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return fmt.Errorf("rewrite %s: %w", names.ResolvConf(s.Name), err)
+	}
+	_, werr := f.Write(ResolvConf(s))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("rewrite %s: %w", names.ResolvConf(s.Name), werr)
+	}
+	return nil
 }
 
 // removeResolver removes our two files and the directory if it is empty.

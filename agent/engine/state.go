@@ -24,6 +24,22 @@ type State struct {
 	DNS        []string       `json:"dns,omitempty"`
 	IPv6       bool           `json:"ipv6"`
 	Started    time.Time      `json:"started"`
+	// ConfigDigests fingerprints each part of the running config (see
+	// Digests; no keys), ConfigDigest all of it.
+	ConfigDigests map[string]string `json:"configDigests,omitempty"`
+	ConfigDigest  string            `json:"configDigest,omitempty"`
+	// Reload is the outcome of the last reload (SIGHUP to run), if any.
+	Reload *ReloadResult `json:"reload,omitempty"`
+}
+
+// ReloadResult is what a reload did: the config it read (Digest), the
+// parts it changed, or why it changed nothing.
+type ReloadResult struct {
+	At       time.Time `json:"at"`
+	Digest   string    `json:"configDigest,omitempty"`
+	Changed  []string  `json:"changed,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	BadInput bool      `json:"badInput,omitempty"` // the config was invalid or needs a restart
 }
 
 // ReadState returns the recorded state, or os.ErrNotExist.

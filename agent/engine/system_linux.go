@@ -64,6 +64,9 @@ type tunnels interface {
 	// Ensure creates the tunnel of s in its namespace, or adopts a kernel
 	// link an earlier agent left there.
 	Ensure(ctx context.Context, s *config.Spec, backend config.Backend, log *slog.Logger) (wireguard.Tunnel, error)
+	// Reconfigure replaces the running tunnel's key and peers with s's.
+	// It resolves endpoint names before it changes anything.
+	Reconfigure(ctx context.Context, s *config.Spec) error
 	// Destroy removes the tunnel link iface in namespace ns by name.
 	Destroy(ns, iface string) error
 	// RemoveStaleHostLink removes a link named iface left in the host's
@@ -77,6 +80,9 @@ type files interface {
 	// directory (so a rollback removes only what it made).
 	WriteResolver(s *config.Spec) (created bool, err error)
 	RemoveResolver(name string) error
+	// RewriteResolvConf rewrites resolv.conf in place (the same inode:
+	// a bind mount of it sees the new content).
+	RewriteResolvConf(s *config.Spec) error
 	WriteState(st *State) error
 	RemoveState(name string) error
 	// RemoveUAPISocket removes a userspace tunnel's control socket.
@@ -198,6 +204,14 @@ func (wgTunnels) Ensure(ctx context.Context, s *config.Spec, backend config.Back
 	return wireguard.Create(ctx, log, s, backend, s.Name)
 }
 
+func (wgTunnels) Reconfigure(ctx context.Context, s *config.Spec) error {
+	cfg, err := wireguard.DeviceConfig(ctx, s)
+	if err != nil {
+		return err
+	}
+	return wireguard.Reconfigure(s.Name, s.Interface, cfg)
+}
+
 func (wgTunnels) Destroy(ns, iface string) error { return wireguard.AdoptKernel(ns, iface).Destroy() }
 func (wgTunnels) RemoveStaleHostLink(ns, iface string) error {
 	return wireguard.RemoveStaleHostLink(ns, iface)
@@ -207,6 +221,7 @@ type runtimeFiles struct{}
 
 func (runtimeFiles) WriteResolver(s *config.Spec) (bool, error) { return writeResolver(s) }
 func (runtimeFiles) RemoveResolver(name string) error           { return removeResolver(name) }
+func (runtimeFiles) RewriteResolvConf(s *config.Spec) error     { return rewriteResolvConf(s) }
 func (runtimeFiles) WriteState(st *State) error                 { return writeState(st) }
 func (runtimeFiles) RemoveState(name string) error              { return removeState(name) }
 func (runtimeFiles) RemoveUAPISocket(iface string) error {

@@ -1,61 +1,97 @@
 package health
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
-// staleHandshake: WireGuard re-handshakes every 2 minutes while traffic
-// flows; with keepalive on, a handshake older than this means trouble.
-const staleHandshake = 180 * time.Second
-
 // inspectPeers reads the tunnel's peers (never its keys) and judges
-// whether any has handshaken recently.
+// whether any is answering (see judge). It records each peer's tx counter
+// at a new handshake, so that a later look can tell idle from dead.
 func inspectPeers(r *Report) {
-	// A userspace device answers on its UAPI socket, which serves only
-	// clients in the host namespace: ask from this (host) thread. A kernel
-	// device lives in the namespace: ask there, over netlink.
-	in := func(f func() error) error { return netns.Do(r.Name, f) }
-	if _, err := os.Stat(names.UAPISocket(r.Interface)); err == nil {
-		in = func(f func() error) error { return f() }
+	d, err := readDevice(r.Name, r.Interface)
+	if err != nil {
+		if r.Link.Up {
+			r.Add(WireGuardUnreadable, "cannot read WireGuard state: %v", err)
+		}
+		return
 	}
-	err := in(func() error {
+	now := time.Now()
+	samples := samplesOf(d)
+	marks := readMarks(names.TxMarks(r.Name))
+	next := nextMarks(now, samples, marks)
+	writeMarks(names.TxMarks(r.Name), next)
+	fresh, stale := false, ""
+	for i, p := range d.Peers {
+		pr := Peer{RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval.Seconds()}
+		if p.Endpoint != nil {
+			pr.Endpoint = p.Endpoint.String()
+		}
+		if !p.LastHandshakeTime.IsZero() {
+			t := p.LastHandshakeTime.UTC()
+			age := now.Sub(p.LastHandshakeTime).Seconds()
+			pr.LatestHandshake, pr.HandshakeAgeSec = &t, &age
+		}
+		v := judge(now, samples[i], next[samples[i].ID])
+		pr.Idle = v.Idle
+		if v.Fresh {
+			fresh = true
+		} else if stale == "" {
+			stale = v.Stale
+		}
+		r.Peers = append(r.Peers, pr)
+	}
+	switch {
+	case fresh:
+	case stale != "":
+		r.Add(HandshakeStale, "%s", stale)
+	default:
+		r.Add(HandshakeStale, "no recent handshake with any peer")
+	}
+}
+
+// SampleTx records the peers' tx counters at a new handshake without
+// judging them: the agent calls it every check, so that the mark is taken
+// right after each handshake and status can tell idle from dead.
+func SampleTx(name, iface string) {
+	if d, err := readDevice(name, iface); err == nil {
+		p := names.TxMarks(name)
+		writeMarks(p, nextMarks(time.Now(), samplesOf(d), readMarks(p)))
+	}
+}
+
+// readDevice reads the WireGuard device iface of namespace name: a
+// kernel one from inside the namespace; a userspace one through its UAPI
+// socket from the host's namespace, as the agent's guard requires (it
+// judges a caller by its main thread, which netns.Do may have moved).
+func readDevice(name, iface string) (d *wgtypes.Device, err error) {
+	get := func() error {
 		c, err := wgctrl.New()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		d, err := c.Device(r.Interface)
-		if err != nil {
-			return err
-		}
-		now := time.Now()
-		fresh := false
-		for _, p := range d.Peers {
-			pr := Peer{RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval.Seconds()}
-			if p.Endpoint != nil {
-				pr.Endpoint = p.Endpoint.String()
-			}
-			if !p.LastHandshakeTime.IsZero() {
-				t := p.LastHandshakeTime.UTC()
-				age := now.Sub(p.LastHandshakeTime).Seconds()
-				pr.LatestHandshake, pr.HandshakeAgeSec = &t, &age
-				if p.PersistentKeepaliveInterval == 0 || now.Sub(p.LastHandshakeTime) < staleHandshake+p.PersistentKeepaliveInterval {
-					fresh = true
-				}
-			}
-			r.Peers = append(r.Peers, pr)
-		}
-		if !fresh {
-			r.Add(HandshakeStale, "no recent handshake with any peer")
-		}
-		return nil
-	})
-	if err != nil && r.Link.Up {
-		r.Add(WireGuardUnreadable, "cannot read WireGuard state: %v", err)
+		d, err = c.Device(iface)
+		return err
 	}
+	if _, serr := os.Stat(names.UAPISocket(iface)); serr == nil {
+		return d, get()
+	}
+	return d, netns.Do(name, get)
+}
+
+func samplesOf(d *wgtypes.Device) []peerSample {
+	var out []peerSample
+	for _, p := range d.Peers {
+		id := sha256.Sum256(p.PublicKey[:])
+		out = append(out, peerSample{ID: hex.EncodeToString(id[:8]), Handshake: p.LastHandshakeTime, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval})
+	}
+	return out
 }

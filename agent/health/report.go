@@ -23,7 +23,7 @@ const (
 	NamespaceUnreadable // it exists but cannot be opened (nothing to repair)
 
 	// Found only when Target.Peers asks for the WireGuard state (status).
-	HandshakeStale      // no peer has handshaken recently
+	HandshakeStale      // no peer answers: no handshake, or a stale one while sending
 	WireGuardUnreadable // the link is up but its WireGuard state cannot be read
 
 	// Found by status from the agent's state file, never by the daemon
@@ -76,6 +76,9 @@ type Peer struct {
 	RxBytes         int64      `json:"rxBytes"`
 	TxBytes         int64      `json:"txBytes"`
 	Keepalive       float64    `json:"keepaliveSeconds,omitempty"`
+	// Idle: the last handshake is older than WireGuard's session limit but
+	// nothing was sent since, so nothing needed a new one (not a problem).
+	Idle bool `json:"idle,omitempty"`
 }
 
 // Healthy says nothing is wrong.

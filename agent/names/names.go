@@ -84,6 +84,10 @@ func ForwardState(id uint64) string {
 	return filepath.Join(RuntimeDir, "ip_forward-"+strconv.FormatUint(id, 10)+".json")
 }
 
+// TxMarks records each WireGuard peer's transmit counter when its current
+// handshake was first seen (health tells an idle tunnel from a dead peer).
+func TxMarks(ns string) string { return filepath.Join(StateDir(ns), "txmarks.json") }
+
 // AgentLog is the log of the detached agent `up` starts for namespace ns.
 func AgentLog(ns string) string { return filepath.Join(StateDir(ns), "agent.log") }
 

@@ -3,10 +3,11 @@ package wireguard
 import (
 	"errors"
 	"fmt"
-	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"os"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl"
@@ -56,6 +57,12 @@ func createKernel(s *config.Spec, cfg wgtypes.Config, nsName string) (Tunnel, er
 // Reconfigure applies cfg to an existing kernel link inside nsName (used
 // when adopting a namespace left by an earlier agent).
 func Reconfigure(nsName, iface string, cfg wgtypes.Config) error {
+	// A userspace device is configured through its UAPI socket from the
+	// host's namespace: its guard judges a caller by the main thread,
+	// which netns.Do may have moved into the confined namespace.
+	if _, err := os.Stat(names.UAPISocket(iface)); err == nil {
+		return configureHere(iface, cfg)
+	}
 	return netns.Do(nsName, func() error { return configureHere(iface, cfg) })
 }
 

@@ -24,7 +24,7 @@ func Select(want config.Backend, kernelErr error) (config.Backend, error) {
 		return config.BackendUserspace, nil
 	case config.BackendKernel:
 		if kernelErr != nil {
-			return "", fmt.Errorf("backend: kernel requested but unavailable (%v); load the wireguard module or set \"backend\": \"auto\"", kernelErr)
+			return "", &config.FieldError{Field: "backend", Msg: fmt.Sprintf("kernel requested but unavailable (%v)", kernelErr), Fix: `load the wireguard module or set "backend": "auto"`}
 		}
 		return config.BackendKernel, nil
 	case config.BackendAuto, "":

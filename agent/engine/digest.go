@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+)
+
+// A config's parts, as a reload sees them. Live parts change while the
+// namespace runs (the kill switch is swapped atomically, resolv.conf
+// rewritten in place, the WireGuard peers replaced); any other change
+// needs down and up.
+var (
+	LiveParts    = []string{"dns", "openPorts", "peers", "privateKey"}
+	RestartParts = []string{"addresses", "backend", "fwMark", "hostLink", "interface", "ipv6", "listenPort", "mtu"}
+)
+
+// Digests fingerprints each part of a resolved config: a truncated
+// SHA-256, so the state file can record what runs without recording a
+// key.
+func Digests(s *config.Spec) map[string]string {
+	parts := map[string]any{
+		"dns":        []any{s.DNSMode, s.DNS, s.DNSSearch},
+		"openPorts":  []any{s.OpenTCP, s.OpenUDP},
+		"privateKey": s.PrivateKey[:],
+		"addresses":  s.Addresses,
+		"backend":    s.Backend,
+		"fwMark":     s.FwMark,
+		"interface":  s.Interface,
+		"ipv6":       s.IPv6,
+		"listenPort": s.ListenPort,
+		"mtu":        s.MTU,
+	}
+	var peers []string
+	for _, p := range s.Peers {
+		psk := ""
+		if p.PresharedKey != nil {
+			psk = hex.EncodeToString(p.PresharedKey[:])
+		}
+		peers = append(peers, fmt.Sprint(p.PublicKey[:], psk, p.Endpoint, p.AllowedIPs, p.Keepalive))
+	}
+	parts["peers"] = peers
+	if h := s.HostLink; h != nil {
+		parts["hostLink"] = fmt.Sprint(h.HostIf, h.NSIf, h.HostAddr, h.NSAddr, h.AccessibleFrom, h.Mappings)
+	} else {
+		parts["hostLink"] = "none"
+	}
+	out := make(map[string]string, len(parts))
+	for k, v := range parts {
+		sum := sha256.Sum256([]byte(fmt.Sprintf("%v", v)))
+		out[k] = hex.EncodeToString(sum[:8])
+	}
+	return out
+}
+
+// Digest fingerprints a whole config (from its Digests).
+func Digest(d map[string]string) string {
+	var keys []string
+	for k := range d {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s=%s\n", k, d[k])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// Changed lists the parts whose digests differ, live ones and the ones
+// that need a restart apart, each sorted.
+func Changed(running, next map[string]string) (live, restart []string) {
+	for _, k := range LiveParts {
+		if running[k] != next[k] {
+			live = append(live, k)
+		}
+	}
+	for _, k := range RestartParts {
+		if running[k] != next[k] {
+			restart = append(restart, k)
+		}
+	}
+	return live, restart
+}
+
+// RestartNeeded is a reload refused: the new config changes what cannot
+// change while the namespace runs. Nothing was changed. It is bad input.
+type RestartNeeded struct {
+	Name  string
+	Parts []string
+}
+
+func (e *RestartNeeded) Error() string {
+	return fmt.Sprintf("namespace %s is up with a different %s, which cannot change while it runs; nothing was changed: run vpn-agent down %s, then up", e.Name, strings.Join(e.Parts, ", "), e.Name)
+}

@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+)
+
+// reloadChanges lists the calls made since upFake, without the state writes.
+func reloadChanges(w *world) []string {
+	var out []string
+	for _, c := range w.calls {
+		if !strings.HasPrefix(c, "files.state ") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Issue 12.12: a reload with new DNS servers and open ports swaps the
+// kill switch (an atomic Apply: never removed, never created anew),
+// rewrites resolv.conf in place, leaves the tunnel alone, and records the
+// new config and what changed in the state file.
+func TestReloadLiveParts(t *testing.T) {
+	w, e, inst := upFake(t)
+	next := testSpec(true)
+	next.DNS = []netip.Addr{netip.MustParseAddr("10.2.0.53")}
+	next.OpenTCP = []uint16{51413, 6881}
+	changed, err := e.Reload(context.Background(), inst, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"dns", "openPorts"}; !slices.Equal(changed, want) {
+		t.Errorf("changed %q, want %q", changed, want)
+	}
+	if want := []string{"fw.apply " + killSwitch("torrent"), "files.rewrite-resolv torrent"}; !slices.Equal(reloadChanges(w), want) {
+		t.Errorf("calls %q, want %q", reloadChanges(w), want)
+	}
+	noViolations(t, w)
+	if inst.Spec != next {
+		t.Error("the instance still runs the old spec")
+	}
+	st := w.lastState
+	if st == nil || st.Reload == nil || !slices.Equal(st.Reload.Changed, changed) || st.Reload.Error != "" || st.ConfigDigest != Digest(Digests(next)) || st.Reload.Digest != st.ConfigDigest {
+		t.Errorf("state after reload: %+v reload %+v", st, st.Reload)
+	}
+	if st.DNS[0] != "10.2.0.53" {
+		t.Errorf("state DNS %q", st.DNS)
+	}
+}
+
+// New peers (endpoint, allowed IPs, keepalive) reconfigure the tunnel and
+// nothing else.
+func TestReloadPeers(t *testing.T) {
+	w, e, inst := upFake(t)
+	next := testSpec(true)
+	next.Peers[0].Endpoint = "198.51.100.7:51820"
+	next.Peers[0].Keepalive = 25 * time.Second
+	changed, err := e.Reload(context.Background(), inst, next)
+	if err != nil || !slices.Equal(changed, []string{"peers"}) {
+		t.Fatalf("changed %q, err %v", changed, err)
+	}
+	if want := []string{"tunnel.reconfigure " + next.Interface}; !slices.Equal(reloadChanges(w), want) {
+		t.Errorf("calls %q, want %q", reloadChanges(w), want)
+	}
+}
+
+// A config that changes what cannot change live (addresses, MTU) changes
+// nothing, says what differs and to run down and up, and is bad input.
+func TestReloadRefusesRestartParts(t *testing.T) {
+	w, e, inst := upFake(t)
+	old := inst.Spec
+	before := w.snapshot()
+	next := testSpec(true)
+	next.Addresses = []netip.Prefix{pfx("10.2.0.9/32")}
+	next.MTU = 1280
+	next.DNS = []netip.Addr{netip.MustParseAddr("10.2.0.53")} // live, but not alone
+	_, err := e.Reload(context.Background(), inst, next)
+	var rn *RestartNeeded
+	if !errors.As(err, &rn) || !slices.Equal(rn.Parts, []string{"addresses", "mtu"}) {
+		t.Fatalf("err %v, want RestartNeeded for addresses, mtu", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "addresses, mtu") || !strings.Contains(msg, "vpn-agent down torrent, then up") || strings.Contains(msg, "\n") {
+		t.Errorf("message %q", msg)
+	}
+	if c := reloadChanges(w); len(c) != 0 || w.snapshot() != before || inst.Spec != old {
+		t.Errorf("a refused reload changed something: calls %q", c)
+	}
+	if st := w.lastState; st == nil || st.Reload == nil || !st.Reload.BadInput || st.Reload.Error == "" || st.ConfigDigest != Digest(Digests(old)) {
+		t.Errorf("state after a refused reload: %+v", st)
+	}
+}
+
+// A reload that fails half-way puts back what it replaced; the kill
+// switch is there throughout and the instance keeps the old spec.
+func TestReloadFailureRestores(t *testing.T) {
+	w, e, inst := upFake(t)
+	old := inst.Spec
+	w.fail["files.rewrite-resolv torrent"] = errInjected
+	next := testSpec(true)
+	next.DNS = []netip.Addr{netip.MustParseAddr("10.2.0.53")}
+	if _, err := e.Reload(context.Background(), inst, next); !errors.Is(err, errInjected) {
+		t.Fatalf("err %v", err)
+	}
+	if n := strings.Count(strings.Join(w.calls, ","), "fw.apply "+killSwitch("torrent")); n != 2 {
+		t.Errorf("kill switch applied %d times, want 2 (the new one, then the old one back): %q", n, w.calls)
+	}
+	noViolations(t, w)
+	if inst.Spec != old || !w.tables[killSwitch("torrent")] {
+		t.Error("after a failed reload: spec replaced or kill switch gone")
+	}
+	if st := w.lastState; st == nil || st.Reload == nil || st.Reload.BadInput || !strings.Contains(st.Reload.Error, "injected") {
+		t.Errorf("state: %+v", st.Reload)
+	}
+}
+
+// The same config again changes nothing.
+func TestReloadUnchanged(t *testing.T) {
+	w, e, inst := upFake(t)
+	if changed, err := e.Reload(context.Background(), inst, testSpec(true)); err != nil || changed != nil || len(reloadChanges(w)) != 0 {
+		t.Errorf("changed %q err %v calls %q", changed, err, reloadChanges(w))
+	}
+}
+
+// Digests tell every part apart and hold no key.
+func TestDigests(t *testing.T) {
+	a := testSpec(true)
+	a.PrivateKey = [32]byte{1, 2, 3}
+	b := testSpec(true)
+	b.PrivateKey = [32]byte{1, 2, 4}
+	b.HostLink = nil
+	b.Backend = config.BackendUserspace
+	live, restart := Changed(Digests(a), Digests(b))
+	if !slices.Equal(live, []string{"privateKey"}) || !slices.Equal(restart, []string{"backend", "hostLink"}) {
+		t.Errorf("live %q restart %q", live, restart)
+	}
+	for k, v := range Digests(a) {
+		if len(v) != 16 || strings.Contains(v, "010203") {
+			t.Errorf("digest %s=%q", k, v)
+		}
+	}
+	if len(Digests(a)) != len(LiveParts)+len(RestartParts) {
+		t.Errorf("%d digests, want one per part", len(Digests(a)))
+	}
+}

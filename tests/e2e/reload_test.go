@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
+)
+
+// Issue 12.12: `up` with a changed config for a namespace a `run` agent
+// holds has that agent reload it (SIGHUP): the live parts change (the
+// kill switch swapped, resolv.conf rewritten in place, which a process
+// that bind-mounted it sees); any other change, or an invalid config, is
+// refused with one line and exit 2 and changes nothing. SIGHUP itself no
+// longer stops the agent.
+func TestReload(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, harness.AgentOptions{})
+	pid := c.d.Pid()
+	// Should the agent die, a later `up` here starts a detached one: down
+	// stops it (run's own cleanup then reports the death).
+	t.Cleanup(func() {
+		if c.d.Exited() {
+			c.ag.Cmd("down", c.name)
+		}
+	})
+	write := func(edit func(*config.Config)) {
+		t.Helper()
+		edit(c.cfg)
+		b, _ := json.MarshalIndent(c.cfg, "", "  ")
+		must(t, os.WriteFile(c.path, b, 0o600))
+	}
+	table := func() string {
+		out, err := harness.Output(c.name, "nft", "list", "table", "inet", names.Table)
+		if err != nil {
+			t.Fatalf("the kill switch is gone: %v", err)
+		}
+		return string(out)
+	}
+	// A process in the namespace with resolv.conf bind-mounted, as `ip
+	// netns exec` and a confined systemd service have it.
+	sleeper := exec.Command("ip", "netns", "exec", c.name, "sleep", "120")
+	must(t, sleeper.Start())
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	seen := func() string {
+		b, _ := os.ReadFile("/proc/" + itoa(sleeper.Process.Pid) + "/root/etc/resolv.conf")
+		return string(b)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(seen(), "nameserver "+testbed.ProvTunnel4.String()) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if host, _ := os.ReadFile("/etc/resolv.conf"); !strings.Contains(seen(), "vpn-agent") || seen() == string(host) {
+		t.Fatalf("control: the process in the namespace does not see the agent's resolv.conf (the bind-mount check proves nothing):\n%s", seen())
+	}
+	rules0 := table()
+	if strings.Contains(rules0, "6881") {
+		t.Fatalf("control: port 6881 already open:\n%s", rules0)
+	}
+
+	t.Run("live", func(t *testing.T) {
+		write(func(cfg *config.Config) {
+			cfg.DNS.Servers = []string{testbed.ProvTunnel4.String(), "10.99.0.53"}
+			cfg.OpenPorts = append(cfg.OpenPorts, config.Port{Port: 6881})
+			cfg.WireGuard.Peers[0].PersistentKeepalive = 17
+		})
+		o := c.ag.Cmd("up", "--config", c.path)
+		if o.ExitCode() != 0 || strings.TrimSpace(o.Stdout) != "namespace "+c.name+" reloaded (changed: dns, openPorts, peers)" {
+			t.Fatalf("up with new DNS and ports:\n%s", o)
+		}
+		if !strings.Contains(seen(), "nameserver 10.99.0.53") {
+			t.Errorf("the bind-mounted resolv.conf does not show the new server (replaced, not rewritten in place?):\n%s", seen())
+		}
+		if !strings.Contains(table(), "6881") {
+			t.Errorf("the kill switch does not open the new port:\n%s", table())
+		}
+		if _, o, _ := c.ag.Status(c.name); !strings.Contains(o.Stdout, `"keepaliveSeconds": 17`) {
+			t.Errorf("the peer's new keepalive is not in effect:\n%s", o)
+		}
+		if c.d.Exited() || c.d.Pid() != pid {
+			t.Errorf("the agent did not survive the reload:\n%s", c.d.Output())
+		}
+		if r := c.tunnelEcho(t, 10*time.Second); !r.Reached() {
+			t.Errorf("the tunnel does not carry traffic after the reload: %v", r)
+		}
+		if o := c.ag.Cmd("up", "--config", c.path); o.ExitCode() != 0 || !strings.Contains(o.Stdout, "already up") {
+			t.Errorf("up again with the same config:\n%s", o)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		rules, resolv := table(), seen()
+		st0, _ := engine.ReadState(c.name)
+		for _, tc := range []struct {
+			name, want string
+			edit       func(*config.Config)
+		}{
+			{"mtu", "mtu", func(cfg *config.Config) { cfg.WireGuard.MTU = 1280; cfg.DNS.Servers = []string{"10.99.0.54"} }},
+			{"invalid", "dns.mode", func(cfg *config.Config) { cfg.WireGuard.MTU = 0; cfg.DNS.Mode = "bogus" }},
+		} {
+			write(tc.edit)
+			o := c.ag.Cmd("up", "--config", c.path)
+			stderr := strings.TrimSpace(o.Stderr)
+			if o.ExitCode() != 2 || strings.Contains(stderr, "\n") || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%s: want exit 2 and one line naming %s:\n%s", tc.name, tc.want, o)
+			}
+			if tc.name == "mtu" && !strings.Contains(stderr, "vpn-agent down "+c.name+", then up") {
+				t.Errorf("%s: does not say to run down and up: %s", tc.name, stderr)
+			}
+			st, _ := engine.ReadState(c.name)
+			if table() != rules || seen() != resolv || st.ConfigDigest != st0.ConfigDigest || c.d.Exited() {
+				t.Errorf("%s: a refused reload changed something", tc.name)
+			}
+		}
+		// SIGHUP with the invalid file: recorded, nothing changed, the
+		// agent keeps running.
+		must(t, syscall.Kill(pid, syscall.SIGHUP))
+		deadline := time.Now().Add(5 * time.Second)
+		var st *engine.State
+		for time.Now().Before(deadline) {
+			if st, _ = engine.ReadState(c.name); st != nil && st.Reload != nil && st.Reload.BadInput {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if st == nil || st.Reload == nil || !strings.Contains(st.Reload.Error, "dns.mode") || c.d.Exited() || table() != rules {
+			t.Errorf("SIGHUP with an invalid config: state %+v, exited %v:\n%s", st, c.d.Exited(), c.d.Output())
+		}
+	})
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
