@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -20,13 +21,14 @@ var (
 )
 
 // Digests fingerprints each part of a resolved config: a truncated
-// SHA-256, so the state file can record what runs without recording a
-// key.
+// SHA-256, so the state file (world-readable) can record what runs. No
+// secret goes into a digest as it is: the private key is represented by
+// its public key, a preshared key by an HMAC keyed with the private key.
 func Digests(s *config.Spec) map[string]string {
 	parts := map[string]any{
 		"dns":        []any{s.DNSMode, s.DNS, s.DNSSearch},
 		"openPorts":  []any{s.OpenTCP, s.OpenUDP},
-		"privateKey": s.PrivateKey[:],
+		"privateKey": s.PrivateKey.PublicKey().String(),
 		"addresses":  s.Addresses,
 		"backend":    s.Backend,
 		"fwMark":     s.FwMark,
@@ -39,7 +41,9 @@ func Digests(s *config.Spec) map[string]string {
 	for _, p := range s.Peers {
 		psk := ""
 		if p.PresharedKey != nil {
-			psk = hex.EncodeToString(p.PresharedKey[:])
+			m := hmac.New(sha256.New, s.PrivateKey[:])
+			m.Write(p.PresharedKey[:])
+			psk = hex.EncodeToString(m.Sum(nil))
 		}
 		peers = append(peers, fmt.Sprint(p.PublicKey[:], psk, p.Endpoint, p.AllowedIPs, p.Keepalive))
 	}

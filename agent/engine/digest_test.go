@@ -1,0 +1,36 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"testing"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// The state file's digests notice a changed key but are computed from no
+// secret as it is: the private key's part is its public key's digest.
+func TestDigestsHoldNoSecret(t *testing.T) {
+	s := testSpec(false)
+	k, _ := wgtypes.GeneratePrivateKey()
+	psk, _ := wgtypes.GenerateKey()
+	s.PrivateKey = k
+	s.Peers[0].PresharedKey = &psk
+	d := Digests(s)
+	raw := sha256.Sum256([]byte(fmt.Sprintf("%v", k[:])))
+	pub := sha256.Sum256([]byte(fmt.Sprintf("%v", k.PublicKey().String())))
+	if d["privateKey"] == hex.EncodeToString(raw[:8]) || d["privateKey"] != hex.EncodeToString(pub[:8]) {
+		t.Errorf("privateKey digest %s is not the public key's", d["privateKey"])
+	}
+	psk2, _ := wgtypes.GenerateKey()
+	s.Peers[0].PresharedKey = &psk2
+	if Digests(s)["peers"] == d["peers"] {
+		t.Error("a changed preshared key went unnoticed")
+	}
+	k2, _ := wgtypes.GeneratePrivateKey()
+	s.PrivateKey = k2
+	if Digests(s)["privateKey"] == d["privateKey"] {
+		t.Error("a changed private key went unnoticed")
+	}
+}
