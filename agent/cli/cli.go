@@ -192,7 +192,8 @@ func isBadInput(err error) bool {
 	var no *engine.NotOwnedError
 	var nu *engine.NotUpError
 	var rn *engine.RestartNeeded
-	return errors.As(err, &fe) || errors.As(err, &we) || errors.As(err, &no) || errors.As(err, &nu) || errors.As(err, &rn)
+	var cb *childBadInput
+	return errors.As(err, &fe) || errors.As(err, &we) || errors.As(err, &no) || errors.As(err, &nu) || errors.As(err, &rn) || errors.As(err, &cb)
 }
 
 // loadSpec loads the config named by --config.

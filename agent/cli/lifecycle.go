@@ -236,6 +236,11 @@ func startDetached(cfg, name string, timeout time.Duration, adopt bool) (int, er
 	case err := <-exited:
 		msg := lastLine(logPath)
 		cleanFailedStart(name, logPath)
+		if cmd.ProcessState.ExitCode() == ExitBadInput {
+			// The agent found bad input only the host reveals (e.g. a
+			// metrics address in use): up reports it as such.
+			return 0, &childBadInput{strings.TrimPrefix(msg, "vpn-agent: ")}
+		}
 		return 0, fmt.Errorf("agent exited before ready (%v): %s", err, msg)
 	case <-sigs:
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -302,3 +307,9 @@ func lastLine(path string) string {
 	}
 	return last
 }
+
+// childBadInput is the one-line error of a detached agent that exited
+// with ExitBadInput before it was ready.
+type childBadInput struct{ msg string }
+
+func (e *childBadInput) Error() string { return e.msg }

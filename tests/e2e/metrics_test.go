@@ -264,6 +264,14 @@ func TestAgentMetricsListenInUse(t *testing.T) {
 	if harness.Mounted(c.name) {
 		t.Errorf("namespace %s is up after the failed run", c.name)
 	}
+	// up's detached agent meets the same: up reports it as bad input too.
+	o := c.ag.Cmd("up", "--config", c.path)
+	if o.ExitCode() != 2 || !strings.HasPrefix(strings.TrimSpace(o.Stderr), "vpn-agent: metrics.listen: cannot listen on "+metricsAddr) || strings.Count(strings.TrimSpace(o.Stderr), "\n") != 0 {
+		t.Errorf("up with metrics.listen in use: %v; want exit 2 and one line naming metrics.listen", o)
+	}
+	if harness.Mounted(c.name) {
+		t.Errorf("namespace %s is up after the failed up", c.name)
+	}
 }
 
 // TestAgentMetricsUnixUp: `up`'s detached agent serves metrics on a unix
