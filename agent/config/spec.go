@@ -40,6 +40,9 @@ type Spec struct {
 	ListenPort int
 	FwMark     int
 	Peers      []PeerSpec
+	// EndpointResolver is the DNS server asked for endpoint host names
+	// (invalid: the host's resolver).
+	EndpointResolver netip.AddrPort
 
 	IPv6      bool // true: tunnel IPv6; false: drop all IPv6
 	DNSMode   DNSMode
@@ -130,6 +133,15 @@ func (s *Spec) TunnelAddrs(v6 bool) []netip.Addr {
 
 // HasV6 reports whether the tunnel has an IPv6 address.
 func (s *Spec) HasV6() bool { return len(s.TunnelAddrs(true)) > 0 }
+
+// ConfigFile is the wg-quick file this server was read from ("" when the
+// tunnel is configured in the JSON file itself).
+func (s *Spec) ConfigFile() string {
+	if s.fromFile == nil {
+		return ""
+	}
+	return s.fromFile.path
+}
 
 // String never includes keys.
 func (s *Spec) String() string { return "Spec{" + s.Name + "}" }
