@@ -13,6 +13,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
 // Step names, in order. Tests inject faults after any of them.
@@ -60,6 +61,9 @@ type Instance struct {
 	configPath string
 	pid        int             // recorded in the state file: the process that holds the namespace
 	reclaimed  <-chan struct{} // set by Teardown: closed once the tunnel link is gone
+
+	applied *wgtypes.Config // the device configuration applied (endpoints resolved); nil: not known yet
+	state   *State          // the state file as last written
 }
 
 func (e *Engine) log() *slog.Logger {
@@ -119,6 +123,7 @@ func (e *Engine) Rebuild(ctx context.Context, inst *Instance) error {
 		inst.Tunnel.Destroy()
 		inst.Tunnel = nil
 	}
+	inst.applied = nil
 	return e.build(ctx, inst)
 }
 
@@ -220,9 +225,9 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	if s.HostLink != nil {
 		st.HostIf = s.HostLink.HostIf
 	}
-	for _, d := range s.DNS {
-		st.DNS = append(st.DNS, d.String())
-	}
+	inst.state = st
+	st = inst.stateFor(s)
+	inst.state = st
 	j.add(StepState, func() error { return sys.files.RemoveState(s.Name) })
 	if err := sys.files.WriteState(st); err != nil {
 		return err
@@ -247,6 +252,7 @@ func (e *Engine) RepairTunnel(ctx context.Context, inst *Instance) error {
 		return err
 	}
 	inst.Tunnel = t
+	inst.applied = nil // Ensure resolved the endpoints afresh
 	return sys.links.ConfigureTunnel(inst.Spec)
 }
 

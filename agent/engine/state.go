@@ -24,6 +24,28 @@ type State struct {
 	DNS        []string       `json:"dns,omitempty"`
 	IPv6       bool           `json:"ipv6"`
 	Started    time.Time      `json:"started"`
+
+	// The active server of the pool (0 with one server): its index, its
+	// wg-quick file and its endpoint as configured.
+	Server       int    `json:"server"`
+	ServerConfig string `json:"serverConfig,omitempty"`
+	Endpoint     string `json:"endpoint,omitempty"`
+	// Liveness is the running agent's view of the tunnel.
+	Liveness *Liveness `json:"liveness,omitempty"`
+}
+
+// Liveness is the daemon's judgement of the tunnel, recorded when it
+// changes.
+type Liveness struct {
+	// Recovery: "healthy", "retrying", "failing over" or "every server
+	// dead" (see package liveness).
+	Recovery string `json:"recovery"`
+	// Verdict on the active server: "alive", "idle", "dead", "unknown".
+	Verdict string `json:"verdict"`
+	// Cause names why the tunnel was judged dead (never key material).
+	Cause     string    `json:"cause,omitempty"`
+	Since     time.Time `json:"since"`
+	Failovers int       `json:"failovers"`
 }
 
 // ReadState returns the recorded state, or os.ErrNotExist.
