@@ -21,6 +21,9 @@ type Options struct {
 	// Interval between health checks (default 1s).
 	Interval time.Duration
 	Log      *slog.Logger
+	// Liveness, if set, is kept up to date with the active server and the
+	// failover state (for metrics); nil: the daemon keeps its own.
+	Liveness *Liveness
 }
 
 // Run brings s up and supervises it until SIGTERM/SIGINT or ctx ends,
@@ -46,6 +49,10 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		log.Warn("sd_notify failed", "err", err)
 	}
 	afterReady()
+	if o.Liveness == nil {
+		o.Liveness = &Liveness{}
+	}
+	fo := newFailover(eng, inst, o.Liveness, log)
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
 	var wd <-chan time.Time
@@ -72,6 +79,9 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			repair(ctx, eng, inst, health.Check(inst.Spec, inst.Tunnel), log)
 		case <-tick.C:
 			repair(ctx, eng, inst, health.Check(inst.Spec, inst.Tunnel), log)
+			fo.tick(ctx) // failover_linux.go: dead tunnels, drift, the pool
+		case r := <-fo.results:
+			fo.probed(ctx, r)
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
 			if health.Check(inst.Spec, inst.Tunnel).Healthy() {
