@@ -145,13 +145,13 @@ func (f *failover) probed(ctx context.Context, r probeResult) {
 
 func (f *failover) decide(ctx context.Context, now time.Time) {
 	v, cause := f.judge.Verdict(now)
-	switch v {
-	case liveness.Alive:
+	switch {
+	case v != liveness.Dead && f.judge.Answered():
 		if st, _ := f.rec.State(); st != liveness.Healthy {
 			f.log.Info("tunnel answers again", "server", f.inst.Spec.Server, "config", f.inst.Spec.ConfigFile())
 		}
 		f.rec.Alive()
-	case liveness.Dead:
+	case v == liveness.Dead:
 		if a, ok := f.rec.Dead(now, cause); ok {
 			what := "switching to the next server"
 			if a.Retry {

@@ -84,7 +84,8 @@ type Judge struct {
 	probeFail int
 	probeOK   bool
 	lastProbe string
-	answered  bool // rx grew, a handshake completed or the probe succeeded since the reset
+	answered  bool      // rx grew, a handshake completed or the probe succeeded since the reset
+	active    time.Time // the last sample at which a counter grew
 }
 
 // Reset forgets everything: the peer changed (a switch or a retry
@@ -108,12 +109,31 @@ func (j *Judge) Observe(s Sample) {
 	}
 	if !j.have {
 		j.have, j.last = true, s
+		if s.Tx > 0 || s.Rx > 0 {
+			j.active = s.At
+		}
+		if s.Rx > 0 {
+			// The counters start at zero with the peer (created by Up or
+			// replaced since the Reset): it has answered since.
+			j.answered = true
+			return
+		}
+		if s.Tx > 0 && s.Rx == 0 && s.LastHandshake.IsZero() {
+			// A peer that has sent (its handshake initiation: without a
+			// session WireGuard queues the data and counts only that)
+			// and received nothing, ever. After a Reset the counters
+			// started at zero, so the sending began since.
+			j.since = s.At
+		}
 		return
 	}
 	prev := j.last
 	j.last = s
 	rxGrew := s.Rx > prev.Rx
 	hsNew := s.LastHandshake.After(prev.LastHandshake)
+	if rxGrew || s.Tx > prev.Tx {
+		j.active = s.At
+	}
 	if rxGrew || hsNew {
 		j.answered = true
 		j.since = time.Time{}
@@ -148,16 +168,29 @@ func (j *Judge) Verdict(now time.Time) (Verdict, string) {
 		waited := now.Sub(j.since)
 		hs := j.sinceHS
 		switch {
+		case hs.IsZero() && waited >= RekeyTimeout+rekeyJitter:
+			// No session: the first packet started a handshake, which
+			// had REKEY_TIMEOUT to complete.
+			return Dead, fmt.Sprintf("sending for %s, no handshake ever completed (REKEY_TIMEOUT %s)", round(waited), RekeyTimeout)
 		case !hs.IsZero() && now.Sub(hs) >= RejectAfterTime && waited >= RekeyTimeout+rekeyJitter:
 			// The session is too old to carry data and no new handshake
 			// completed in REKEY_TIMEOUT.
 			return Dead, fmt.Sprintf("sending for %s, last handshake %s ago (older than REJECT_AFTER_TIME %s)", round(waited), round(now.Sub(hs)), RejectAfterTime)
 		case waited >= j.silence():
-			if hs.IsZero() {
-				return Dead, fmt.Sprintf("sending for %s, no handshake ever completed", round(waited))
-			}
 			return Dead, fmt.Sprintf("sending for %s without an answer, last handshake %s ago", round(waited), round(now.Sub(hs)))
 		}
+	}
+	if !j.since.IsZero() {
+		// Sending, waiting for an answer (not for long yet): alive if
+		// the peer answered before.
+		if j.answered || j.probeOK {
+			return Alive, ""
+		}
+		return Unknown, ""
+	}
+	if j.have && (j.active.IsZero() || now.Sub(j.active) >= KeepaliveTimeout) && !j.probeOK {
+		// Nothing sent or received for a while: idle, which is not dead.
+		return Idle, ""
 	}
 	if j.answered || j.probeOK {
 		return Alive, ""
@@ -165,11 +198,13 @@ func (j *Judge) Verdict(now time.Time) (Verdict, string) {
 	if !j.have {
 		return Unknown, ""
 	}
-	if j.since.IsZero() {
-		return Idle, ""
-	}
-	return Unknown, "" // sending, waiting for an answer
+	return Idle, ""
 }
+
+// Answered says the peer has answered since the last Reset (received
+// bytes grew, a handshake completed, the probe succeeded): the server
+// works, even if the tunnel idles now.
+func (j *Judge) Answered() bool { return j.answered || j.probeOK }
 
 // HandshakeAge is the age of the last handshake at now (ok false: never
 // or nothing read).

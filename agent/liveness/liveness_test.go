@@ -87,12 +87,45 @@ func TestHandshakeCompletesIsAlive(t *testing.T) {
 	if v, cause := j.Verdict(at(18)); v != Alive {
 		t.Fatalf("%v (%s) although a handshake completed, want alive", v, cause)
 	}
-	// Positive control: never a handshake.
+	// Positive control: never a handshake. WireGuard gives the first
+	// handshake REKEY_TIMEOUT (plus jitter): dead after that, not before.
 	k := &Judge{}
 	feed(k, 0, 0, time.Time{}, flat(0), flat(0))
-	feed(k, 1, 30, time.Time{}, growing(0), flat(0))
-	if v, cause := k.Verdict(at(30)); v != Dead || !strings.Contains(cause, "no handshake ever") {
+	feed(k, 1, 5, time.Time{}, growing(0), flat(0))
+	if v, cause := k.Verdict(at(5)); v == Dead {
+		t.Fatalf("dead %q before REKEY_TIMEOUT passed", cause)
+	}
+	feed(k, 6, 6, time.Time{}, growing(0), flat(0))
+	if v, cause := k.Verdict(at(6)); v != Dead || !strings.Contains(cause, "no handshake ever") {
 		t.Fatalf("never a handshake: %v (%q), want dead", v, cause)
+	}
+}
+
+// After a Reset (the peer was replaced), the first sample already counts
+// the handshake initiation: the clock starts there.
+func TestFirstSampleAfterReset(t *testing.T) {
+	j := &Judge{}
+	j.Observe(Sample{At: t0, Tx: 148, Readable: true})
+	feed(j, 1, 5, time.Time{}, flat(148), flat(0))
+	if v, _ := j.Verdict(at(5.3)); v == Dead {
+		t.Fatal("dead before REKEY_TIMEOUT+jitter")
+	}
+	feed(j, 6, 6, time.Time{}, flat(148), flat(0))
+	if v, cause := j.Verdict(at(6)); v != Dead {
+		t.Fatalf("%v %q: a replaced peer that never answered its initiation is dead", v, cause)
+	}
+	// Control: a first sample with an answer, or nothing sent, is not.
+	k := &Judge{}
+	k.Observe(Sample{At: t0, Tx: 148, Rx: 92, LastHandshake: t0, Readable: true})
+	feed(k, 1, 30, t0, flat(148), flat(92))
+	if v, _ := k.Verdict(at(30)); v == Dead || !k.Answered() {
+		t.Fatalf("%v, answered %v: a replaced peer that answered (rx counted since the reset) works, idle or not", v, k.Answered())
+	}
+	i := &Judge{}
+	i.Observe(Sample{At: t0, Readable: true})
+	feed(i, 1, 30, time.Time{}, flat(0), flat(0))
+	if v, _ := i.Verdict(at(30)); v != Idle || i.Answered() {
+		t.Fatalf("%v answered %v: nothing sent is idle, and no answer", v, i.Answered())
 	}
 }
 
