@@ -37,7 +37,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "--config FILE", "run and supervise a namespace (systemd Type=notify)", cmdRun},
-		{"up", "--config FILE [--timeout D]", "bring a namespace up and return", cmdUp},
+		{"up", "--config FILE [--timeout D] [--wait-handshake]", "bring a namespace up and return (--wait-handshake: once the tunnel works)", cmdUp},
 		{"down", "NAME [--timeout D]", "tear a namespace down completely", cmdDown},
 		{"exec", "NAME -- CMD [ARG...]", "run a command inside a namespace", cmdExec},
 		{"status", "[NAME...] [--json]", "show namespace health (exit 1 if degraded)", cmdStatus},

@@ -41,10 +41,12 @@ func cmdRun(args []string, out io.Writer) int {
 func cmdUp(args []string, out io.Writer) int {
 	fs, level, format := flags("up")
 	cfg := fs.String("config", "", "config file (JSON)")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a detached userspace agent to become ready")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a detached userspace agent to become ready (and, with --wait-handshake, for the first handshake)")
+	waitHS := fs.Bool("wait-handshake", false, "return only once the first WireGuard handshake completed; exit 1 if none within --timeout")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
+	start := time.Now()
 	_, s, eng, abs, err := prepare(*cfg, *level, *format)
 	if err != nil {
 		return fail(err)
@@ -63,7 +65,7 @@ func cmdUp(args []string, out io.Writer) int {
 				return fail(fmt.Errorf("%v; %v", err, werr))
 			}
 			fmt.Fprintf(out, "namespace %s already up (agent pid %d)\n", s.Name, pid)
-			return ExitOK
+			return handshakeResult(*waitHS, s, *timeout-time.Since(start))
 		} else if err == nil {
 			l.Release(true)
 		}
@@ -74,7 +76,7 @@ func cmdUp(args []string, out io.Writer) int {
 			return fail(err)
 		}
 		fmt.Fprintf(out, "namespace %s up (userspace backend, agent pid %d; stop it with vpn-agent down %s)\n", s.Name, pid, s.Name)
-		return ExitOK
+		return handshakeResult(*waitHS, s, *timeout-time.Since(start))
 	}
 	inst, err := eng.Up(context.Background(), s, abs)
 	if err != nil {
@@ -82,6 +84,19 @@ func cmdUp(args []string, out io.Writer) int {
 	}
 	inst.Release()
 	fmt.Fprintf(out, "namespace %s up (%s backend)\n", s.Name, inst.Backend)
+	return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+}
+
+// handshakeResult is up's exit status: with --wait-handshake, 1 (one
+// line) when no handshake completed in the time left; the namespace stays
+// up and closed either way.
+func handshakeResult(wait bool, s *config.Spec, left time.Duration) int {
+	if !wait {
+		return ExitOK
+	}
+	if err := waitHandshake(s, max(left, time.Second)); err != nil {
+		return fail(err)
+	}
 	return ExitOK
 }
 

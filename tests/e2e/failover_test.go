@@ -458,3 +458,58 @@ func TestDriftReapplied(t *testing.T) {
 	s.mustWork(t, 10*time.Second, 0, "after the drift was repaired")
 	t.Logf("drift: endpoint put back within %v", time.Since(t0).Round(10*time.Millisecond))
 }
+
+// `up --wait-handshake` returns 0 once the tunnel works, and 1 with one
+// line when it is up but the server does not answer (the namespace stays
+// up and closed until down).
+func TestUpWaitHandshake(t *testing.T) {
+	t.Parallel()
+	t.Run("working", func(t *testing.T) {
+		t.Parallel()
+		// IPv4 only: an IPv6 tunnel address makes the kernel send MLD
+		// reports into the tunnel at once, which would handshake without
+		// the agent's nudge.
+		c := newConfined(t, harness.AgentOptions{IPv6: "block"})
+		start := time.Now()
+		o := c.ag.Cmd("up", "--config", c.path, "--wait-handshake", "--timeout", "10s")
+		t.Cleanup(func() { killStray(t, upPID(o.Stdout)); c.ag.Cmd("down", c.name) })
+		if o.ExitCode() != 0 {
+			t.Fatalf("up --wait-handshake with a working server: %s", o)
+		}
+		hs := strings.TrimSpace(c.tp.Exec(t, c.tp.Host, "wg", "show", c.iface(), "latest-handshakes"))
+		if f := strings.Fields(hs); len(f) != 2 || f[1] == "0" {
+			t.Errorf("up --wait-handshake returned 0 but the device shows no handshake: %q", hs)
+		}
+		t.Logf("up --wait-handshake: %v", time.Since(start).Round(10*time.Millisecond))
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		t.Parallel()
+		c := newConfined(t, harness.AgentOptions{})
+		c.tp.BlockWG(t)
+		start := time.Now()
+		o := c.ag.Cmd("up", "--config", c.path, "--wait-handshake", "--timeout", "4s")
+		took := time.Since(start)
+		t.Cleanup(func() { killStray(t, upPID(o.Stdout)); c.ag.Cmd("down", c.name) })
+		if o.ExitCode() != 1 {
+			t.Fatalf("up --wait-handshake with the server unreachable: exit %d, want 1:\n%s", o.ExitCode(), o)
+		}
+		oneLineError(t, o, "no handshake")
+		if took > 10*time.Second {
+			t.Errorf("up --wait-handshake --timeout 4s took %v", took)
+		}
+		// Up but closed: the namespace and its kill switch are there.
+		if !harness.Mounted(c.name) || !okIn(c.name, "nft", "list", "table", "inet", names.Table) {
+			t.Errorf("after a failed wait the namespace or its kill switch is missing")
+		}
+		for _, r := range leakProbes(c.name) {
+			if r.Reached() {
+				t.Errorf("up but unreachable: LEAK: %v", r)
+			}
+		}
+		// Positive control: unblocked, the same namespace works.
+		c.tp.UnblockWG(t)
+		if r := c.tunnelEcho(t, 10*time.Second); !r.Reached() {
+			t.Errorf("positive control: after unblocking, no traffic: %v", r)
+		}
+	})
+}
