@@ -41,7 +41,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "--config FILE [--adopt]", "run and supervise a namespace (systemd Type=notify; SIGHUP reloads)", cmdRun},
-		{"up", "--config FILE [--timeout D] [--adopt]", "bring a namespace up and return (reload it if up with a changed config)", cmdUp},
+		{"up", "--config FILE [--timeout D] [--wait-handshake] [--adopt]", "bring a namespace up and return (reload it if up with a changed config; --wait-handshake: once the tunnel works)", cmdUp},
 		{"down", "NAME [--timeout D] [--force]", "tear a namespace down completely", cmdDown},
 		{"exec", "[--user USER[:GROUP]] NAME -- CMD [ARG...]", "run a command inside a namespace (as USER: without capabilities)", cmdExec},
 		{"status", "[NAME...] [--json]", "show namespace health (exit 1 if degraded, 2 if not up; needs root)", cmdStatus},

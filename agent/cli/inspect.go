@@ -92,6 +92,16 @@ func printReport(w io.Writer, r *status.Report) {
 	}
 	fmt.Fprintf(w, "  backend:    %s, agent %s\n", r.Backend, agent)
 	fmt.Fprintf(w, "  interface:  %s (%s, mtu %d) %s\n", r.Interface, map[bool]string{true: "up", false: "down"}[r.LinkUp], r.MTU, strings.Join(r.Addresses, " "))
+	if r.Server != nil {
+		srv := fmt.Sprintf("%d of %d", r.Server.Index+1, r.Server.Pool)
+		if r.Server.ConfigFile != "" {
+			srv += ", " + r.Server.ConfigFile
+		}
+		fmt.Fprintf(w, "  server:     %s, endpoint %s\n", srv, r.Server.Endpoint)
+	}
+	if r.Tunnel != nil {
+		fmt.Fprintf(w, "  tunnel:     %s (%s since %s)\n", r.Tunnel.Verdict, r.Tunnel.Recovery, r.Tunnel.Since.Format(time.RFC3339))
+	}
 	for _, p := range r.Peers {
 		hs := "never"
 		if p.HandshakeAgeSec != nil {

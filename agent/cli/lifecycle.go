@@ -48,11 +48,13 @@ func cmdRun(args []string, out io.Writer) int {
 func cmdUp(args []string, out io.Writer) int {
 	fs, level, format := flags("up")
 	cfg := fs.String("config", "", "config file (JSON)")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a detached userspace agent to become ready")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a detached userspace agent to become ready (and, with --wait-handshake, for the first handshake)")
+	waitHS := fs.Bool("wait-handshake", false, "return only once the first WireGuard handshake completed; exit 1 if none within --timeout")
 	adopt := fs.Bool("adopt", false, adoptHelp)
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
+	start := time.Now()
 	_, s, eng, abs, err := prepare(*cfg, *level, *format)
 	if err != nil {
 		return fail(err)
@@ -74,7 +76,10 @@ func cmdUp(args []string, out io.Writer) int {
 			if werr != nil {
 				return fail(fmt.Errorf("%v; %v", err, werr))
 			}
-			return upRunning(out, s, abs, pid, *timeout)
+			if rc := upRunning(out, s, abs, pid, *timeout); rc != ExitOK {
+				return rc
+			}
+			return handshakeResult(*waitHS, s, *timeout-time.Since(start))
 		} else if err == nil {
 			l.Release(true)
 		}
@@ -89,7 +94,7 @@ func cmdUp(args []string, out io.Writer) int {
 			return fail(err)
 		}
 		fmt.Fprintf(out, "namespace %s up (userspace backend, agent pid %d; stop it with vpn-agent down %s)\n", s.Name, pid, s.Name)
-		return ExitOK
+		return handshakeResult(*waitHS, s, *timeout-time.Since(start))
 	}
 	// Up converges a namespace that is up already, applying a new
 	// config's live parts; one that differs in any other part is refused
@@ -108,6 +113,19 @@ func cmdUp(args []string, out io.Writer) int {
 		return ExitOK
 	}
 	fmt.Fprintf(out, "namespace %s up (%s backend)\n", s.Name, inst.Backend)
+	return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+}
+
+// handshakeResult is up's exit status: with --wait-handshake, 1 (one
+// line) when no handshake completed in the time left; the namespace stays
+// up and closed either way.
+func handshakeResult(wait bool, s *config.Spec, left time.Duration) int {
+	if !wait {
+		return ExitOK
+	}
+	if err := waitHandshake(s, max(left, time.Second)); err != nil {
+		return fail(err)
+	}
 	return ExitOK
 }
 

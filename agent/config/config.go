@@ -94,6 +94,14 @@ type WireGuard struct {
 	ListenPort int `json:"listenPort,omitempty"`
 	// FwMark marks WireGuard's own UDP packets on the host (default: none).
 	FwMark int `json:"fwMark,omitempty"`
+	// EndpointResolver is the DNS server ("IP:port", e.g. "192.0.2.53:53")
+	// the agent asks for the address of a peer endpoint given as a host
+	// name, at bring-up and again before every retry or failover (a
+	// provider's name may move). The agent asks from the host namespace,
+	// never through the tunnel. Default: the host's resolver
+	// (/etc/resolv.conf). An endpoint written as an IP address is not
+	// looked up.
+	EndpointResolver string `json:"endpointResolver,omitempty"`
 	// Peers override the file's [Peer] sections. Together their allowedIPs
 	// must cover 0.0.0.0/0 (and ::/0 when IPv6 is tunnelled): split
 	// tunnels are refused, since a destination no peer takes would leave

@@ -55,6 +55,31 @@
 // switch's DNS rules, no AF_VSOCK), as the confining systemd drop-in does.
 // Neither isolates the filesystem or other processes.
 //
+// # Dead tunnels and failover
+//
+// The running agent judges the tunnel every check interval from
+// WireGuard's own counters and timers: it is dead when the namespace
+// sends and nothing comes back for KEEPALIVE_TIMEOUT + REKEY_TIMEOUT (a
+// live peer answers data within 10 s, if only with a keepalive, and a new
+// handshake gets 5 s), when a server that never handshook does not answer
+// its initiation within REKEY_TIMEOUT, or when health.probe fails
+// health.probe.failures times in a row. A tunnel that idles is not dead:
+// status shows it idle, with its handshake age.
+//
+// On a dead tunnel the agent re-resolves the endpoint (in the host
+// namespace, through wireguard.endpointResolver if set) and retries the
+// same server once, then moves to the next server of wireguard.configFiles,
+// round-robin; once every server failed it keeps trying with a backoff
+// from 1 s doubling to 60 s. A switch replaces the kill switch atomically
+// with the next server's (its addresses and resolvers), rewrites
+// resolv.conf in place (a bind mount of it sees the new resolvers) and
+// reconfigures the device (peers, key, addresses); the namespace is never
+// open. Running on a fallback server is healthy; while failing over, or
+// with every server dead, status exits 1 and names the cause. The agent
+// also puts back a device configuration changed behind its back (an
+// endpoint, a peer, the key set through `wg` or netlink). A server that
+// roams (answers from a new address) is reset to its configured endpoint.
+//
 // # Fields
 package config
 

@@ -267,6 +267,13 @@ func resolveWireGuard(c *Config, s *Spec, opts Options) error {
 		}
 		s.FwMark = w.FwMark
 	}
+	if w.EndpointResolver != "" {
+		ap, err := netip.ParseAddrPort(w.EndpointResolver)
+		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() || ap.Addr().IsMulticast() {
+			return fieldErr("wireguard.endpointResolver", `write a DNS server's IP address and port such as "192.0.2.53:53"`, "%q is not", w.EndpointResolver)
+		}
+		s.EndpointResolver = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
 	if len(w.Peers) > 0 {
 		s.Peers = nil
 		for i, p := range w.Peers {

@@ -40,6 +40,9 @@ type Spec struct {
 	ListenPort int
 	FwMark     int
 	Peers      []PeerSpec
+	// EndpointResolver is the DNS server asked for endpoint host names
+	// (invalid: the host's resolver).
+	EndpointResolver netip.AddrPort
 
 	IPv6      bool // true: tunnel IPv6; false: drop all IPv6
 	DNSMode   DNSMode

@@ -24,6 +24,9 @@ type Options struct {
 	// Load reads the config file again, for a reload (SIGHUP). Nil: a
 	// SIGHUP is logged and changes nothing.
 	Load func() (*config.Spec, error)
+	// Liveness, if set, is kept up to date with the active server and the
+	// failover state (for metrics); nil: the daemon keeps its own.
+	Liveness *Liveness
 }
 
 // Run brings s up and supervises it until SIGTERM/SIGINT or ctx ends,
@@ -57,6 +60,10 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		log.Warn("sd_notify failed", "err", err)
 	}
 	afterReady()
+	if o.Liveness == nil {
+		o.Liveness = &Liveness{}
+	}
+	fo := newFailover(eng, inst, o.Liveness, log)
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
 	var wd <-chan time.Time
@@ -95,6 +102,11 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			// renewal, so that status can tell an idle tunnel from a peer
 			// that stopped answering.
 			health.SampleTx(inst.Spec.Name, inst.Spec.Interface)
+			fo.tick(ctx) // failover_linux.go: dead tunnels, drift, the pool
+			mon.liveness(o.Liveness)
+		case r := <-fo.results:
+			fo.probed(ctx, r)
+			mon.liveness(o.Liveness)
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
 			if health.Check(inst.Spec, inst.Tunnel).Healthy() {

@@ -16,6 +16,8 @@ import (
 type monitor struct {
 	m   *metrics.Metrics
 	srv *metrics.Server
+	// seen is the failover reading metrics last took its counts from.
+	seen Snapshot
 }
 
 func startMonitor(s *config.Spec, log *slog.Logger) (*monitor, error) {
@@ -57,6 +59,22 @@ func (mo *monitor) repaired(rep *health.Report, ok bool) {
 	for _, p := range rep.Problems {
 		mo.m.Repaired(p.Kind)
 	}
+}
+
+// liveness hands the failover loop's new counts to metrics: a failover
+// (which also names the new active server) and probe failures.
+func (mo *monitor) liveness(l *Liveness) {
+	if mo == nil || l == nil {
+		return
+	}
+	now := l.Snapshot()
+	for i := mo.seen.Failovers; i < now.Failovers; i++ {
+		mo.m.FailedOver(now.Server.Index)
+	}
+	for i := mo.seen.ProbeFailures; i < now.ProbeFailures; i++ {
+		mo.m.ProbeFailed()
+	}
+	mo.seen = now
 }
 
 func (mo *monitor) stop() {

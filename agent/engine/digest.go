@@ -25,6 +25,25 @@ var (
 // secret goes into a digest as it is: the private key is represented by
 // its public key, a preshared key by an HMAC keyed with the private key.
 func Digests(s *config.Spec) map[string]string {
+	if len(s.Pool) > 1 {
+		// A pool is one config whichever server is active: each part's
+		// digest covers that part of every server, in order.
+		out := map[string]string{}
+		for _, one := range s.Pool {
+			for k, v := range serverDigests(one) {
+				out[k] += v
+			}
+		}
+		for k, v := range out {
+			sum := sha256.Sum256([]byte(v))
+			out[k] = hex.EncodeToString(sum[:8])
+		}
+		return out
+	}
+	return serverDigests(s)
+}
+
+func serverDigests(s *config.Spec) map[string]string {
 	parts := map[string]any{
 		"dns":        []any{s.DNSMode, s.DNS, s.DNSSearch},
 		"openPorts":  []any{s.OpenTCP, s.OpenUDP},

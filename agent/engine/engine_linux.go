@@ -14,6 +14,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
 // Step names, in order. Tests inject faults after any of them.
@@ -66,6 +67,9 @@ type Instance struct {
 	started    time.Time
 	pid        int             // recorded in the state file: the process that holds the namespace
 	reclaimed  <-chan struct{} // set by Teardown: closed once the tunnel link is gone
+
+	applied *wgtypes.Config // the device configuration applied (endpoints resolved); nil: not known yet
+	state   *State          // the state file as last written
 }
 
 func (e *Engine) log() *slog.Logger {
@@ -141,6 +145,7 @@ func (e *Engine) Rebuild(ctx context.Context, inst *Instance) error {
 		inst.Tunnel.Destroy()
 		inst.Tunnel = nil
 	}
+	inst.applied = nil
 	return e.build(ctx, inst)
 }
 
@@ -263,7 +268,8 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	if inst.started.IsZero() {
 		inst.started = time.Now().UTC()
 	}
-	st := inst.state()
+	st := inst.stateFor(s)
+	inst.state = st
 	j.add(StepState, func() error { return sys.files.RemoveState(s.Name) })
 	if err := sys.files.WriteState(st); err != nil {
 		return err
@@ -275,18 +281,23 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	return nil
 }
 
-// state is what the state file records about inst.
-func (inst *Instance) state() *State {
-	s := inst.Spec
-	st := &State{Name: s.Name, Backend: inst.Backend, Interface: s.Interface, ConfigPath: inst.configPath, IPv6: s.IPv6, Started: inst.started, PID: inst.pid}
-	if s.HostLink != nil {
-		st.HostIf = s.HostLink.HostIf
+// stateFor is what the state file records about inst with next as the
+// active server: the config's facts and digests, the server, and what the
+// daemon recorded last (liveness, the last reload).
+func (inst *Instance) stateFor(next *config.Spec) *State {
+	st := &State{Name: next.Name, Backend: inst.Backend, Interface: next.Interface, ConfigPath: inst.configPath, IPv6: next.IPv6, Started: inst.started, PID: inst.pid}
+	if next.HostLink != nil {
+		st.HostIf = next.HostLink.HostIf
 	}
-	for _, d := range s.DNS {
+	for _, d := range next.DNS {
 		st.DNS = append(st.DNS, d.String())
 	}
-	st.ConfigDigests = Digests(s)
+	st.ConfigDigests = Digests(next)
 	st.ConfigDigest = Digest(st.ConfigDigests)
+	st.Server, st.ServerConfig, st.Endpoint = next.Server, next.ConfigFile(), endpointOf(next)
+	if inst.state != nil {
+		st.Liveness, st.Reload = inst.state.Liveness, inst.state.Reload
+	}
 	return st
 }
 
@@ -303,6 +314,7 @@ func (e *Engine) RepairTunnel(ctx context.Context, inst *Instance) error {
 		return err
 	}
 	inst.Tunnel = t
+	inst.applied = nil // Ensure resolved the endpoints afresh
 	return sys.links.ConfigureTunnel(inst.Spec)
 }
 

@@ -24,10 +24,12 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 			res.Error = err.Error()
 			res.BadInput = isRestartNeeded(err)
 		}
-		st := inst.state()
+		st := inst.stateFor(inst.Spec)
 		st.Reload = res
 		if werr := e.sys().files.WriteState(st); werr != nil && err == nil {
 			err = werr
+		} else if werr == nil {
+			inst.state = st
 		}
 	}()
 	nd := Digests(next)
@@ -42,6 +44,11 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 	if len(live) == 0 {
 		return nil, nil
 	}
+	if inst.Spec.Server > 0 && inst.Spec.Server < len(next.Pool) {
+		// The agent runs on a fallback server: the new config's twin of
+		// it is what the namespace must match now.
+		next = next.Pool[inst.Spec.Server]
+	}
 	if err := e.apply(ctx, inst.Spec, next, live); err != nil {
 		// Put back what was replaced; the kill switch stays either way.
 		if rerr := e.apply(ctx, next, inst.Spec, live); rerr != nil {
@@ -50,6 +57,7 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 		return nil, fmt.Errorf("reload %s: %w", inst.Spec.Name, err)
 	}
 	inst.Spec = next
+	inst.applied = nil // the device's new configuration is the reference for drift now
 	res.Changed = live
 	e.log().Info("namespace reloaded", "namespace", next.Name, "changed", live)
 	return live, nil
@@ -88,7 +96,11 @@ func isRestartNeeded(err error) bool {
 // ReloadInvalid records a reload whose config could not be loaded (bad
 // input): nothing was changed.
 func (e *Engine) ReloadInvalid(inst *Instance, err error) error {
-	st := inst.state()
+	st := inst.stateFor(inst.Spec)
 	st.Reload = &ReloadResult{At: time.Now().UTC(), Error: err.Error(), BadInput: true}
-	return e.sys().files.WriteState(st)
+	if werr := e.sys().files.WriteState(st); werr != nil {
+		return werr
+	}
+	inst.state = st
+	return nil
 }

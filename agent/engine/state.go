@@ -30,6 +30,14 @@ type State struct {
 	ConfigDigest  string            `json:"configDigest,omitempty"`
 	// Reload is the outcome of the last reload (SIGHUP to run), if any.
 	Reload *ReloadResult `json:"reload,omitempty"`
+
+	// The active server of the pool (0 with one server): its index, its
+	// wg-quick file and its endpoint as configured.
+	Server       int    `json:"server"`
+	ServerConfig string `json:"serverConfig,omitempty"`
+	Endpoint     string `json:"endpoint,omitempty"`
+	// Liveness is the running agent's view of the tunnel.
+	Liveness *Liveness `json:"liveness,omitempty"`
 }
 
 // ReloadResult is what a reload did: the config it read (Digest), the
@@ -40,6 +48,20 @@ type ReloadResult struct {
 	Changed  []string  `json:"changed,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	BadInput bool      `json:"badInput,omitempty"` // the config was invalid or needs a restart
+}
+
+// Liveness is the daemon's judgement of the tunnel, recorded when it
+// changes.
+type Liveness struct {
+	// Recovery: "healthy", "retrying", "failing over" or "every server
+	// dead" (see package liveness).
+	Recovery string `json:"recovery"`
+	// Verdict on the active server: "alive", "idle", "dead", "unknown".
+	Verdict string `json:"verdict"`
+	// Cause names why the tunnel was judged dead (never key material).
+	Cause     string    `json:"cause,omitempty"`
+	Since     time.Time `json:"since"`
+	Failovers int       `json:"failovers"`
 }
 
 // ReadState returns the recorded state, or os.ErrNotExist.

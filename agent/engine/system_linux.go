@@ -106,6 +106,8 @@ type system struct {
 	links   links
 	tunnels tunnels
 	files   files
+	dev     devices    // switch_linux.go
+	resolv  resolvConf // switch_linux.go
 	lock    func(name string) (*Lock, error)
 }
 
@@ -127,6 +129,12 @@ func (e *Engine) sys() system {
 	}
 	if d.files == nil {
 		d.files = runtimeFiles{}
+	}
+	if d.dev == nil {
+		d.dev = wgDevices{}
+	}
+	if d.resolv == nil {
+		d.resolv = inPlaceResolv{}
 	}
 	if d.lock == nil {
 		d.lock = TryLock

@@ -31,6 +31,11 @@ const (
 	StateMissing     // the namespace exists but no agent state
 	AgentNotRunning  // the recorded agent process is gone
 	ConfigUnreadable // the recorded config file cannot be loaded
+
+	// Recorded by the running agent (package liveness) in its state
+	// file: the tunnel does not carry traffic (failing over, or every
+	// server of the pool dead).
+	TunnelDead
 )
 
 // Problem is one thing wrong with a namespace.

@@ -33,6 +33,19 @@ type Report struct {
 	Policy       Policy   `json:"policy"`
 	DNS          []string `json:"dns,omitempty"`
 	HostLink     string   `json:"hostLink,omitempty"`
+	// Server is the active server of the pool; Tunnel the running
+	// agent's judgement of it (alive, idle, dead; the recovery's state).
+	Server *Server          `json:"server,omitempty"`
+	Tunnel *engine.Liveness `json:"tunnel,omitempty"`
+}
+
+// Server is the active server: its index in the pool, its wg-quick file
+// and its endpoint as configured.
+type Server struct {
+	Index      int    `json:"index"`
+	Pool       int    `json:"pool"`
+	ConfigFile string `json:"configFile,omitempty"`
+	Endpoint   string `json:"endpoint,omitempty"`
 }
 
 // Peer is a WireGuard peer, without keys.
@@ -58,8 +71,16 @@ func Get(name string) (*Report, error) {
 		t.Interface = st.Interface
 	}
 	var configErr error
+	pool := 1
 	if st != nil && st.ConfigPath != "" {
 		t.Spec, configErr = config.LoadSpec(st.ConfigPath, config.Options{})
+		// After a failover the kill switch is the active server's.
+		if t.Spec != nil && st.Server > 0 && st.Server < len(t.Spec.Pool) {
+			t.Spec = t.Spec.Pool[st.Server]
+		}
+		if t.Spec != nil && len(t.Spec.Pool) > 0 {
+			pool = len(t.Spec.Pool)
+		}
 	}
 	h := health.Inspect(t)
 	running := st != nil && st.PID > 0 && processAlive(st.PID)
@@ -72,10 +93,19 @@ func Get(name string) (*Report, error) {
 	if configErr != nil {
 		h.Add(health.ConfigUnreadable, "cannot load config %s: %v", st.ConfigPath, configErr)
 	}
+	if running && st.Liveness != nil {
+		if p := tunnelProblem(st.Liveness); p != "" {
+			h.Add(health.TunnelDead, "%s", p)
+		}
+	}
 	r := render(h)
 	r.AgentRunning = running
 	if st != nil {
 		r.Backend, r.AgentPID, r.DNS, r.HostLink = string(st.Backend), st.PID, st.DNS, st.HostIf
+		r.Server = &Server{Index: st.Server, Pool: pool, ConfigFile: st.ServerConfig, Endpoint: st.Endpoint}
+		if running {
+			r.Tunnel = st.Liveness
+		}
 	}
 	return r, nil
 }
@@ -93,6 +123,20 @@ func render(h *health.Report) *Report {
 		Peers:     h.Peers,
 		Policy:    h.Policy,
 	}
+}
+
+// tunnelProblem describes a tunnel the agent judged not to carry
+// traffic ("" when it does, or idles: an idle tunnel is not dead).
+func tunnelProblem(l *engine.Liveness) string {
+	switch {
+	case l.Recovery == "every server dead":
+		return "every server of the pool is dead; the namespace stays closed and the agent keeps trying (" + l.Cause + ")"
+	case l.Recovery != "" && l.Recovery != "healthy":
+		return "tunnel dead, " + l.Recovery + ": " + l.Cause
+	case l.Verdict == "dead":
+		return "tunnel dead: " + l.Cause
+	}
+	return ""
 }
 
 func processAlive(pid int) bool {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
@@ -21,7 +22,7 @@ func DeviceConfig(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
 	mark := s.FwMark
 	cfg := wgtypes.Config{PrivateKey: &key, ListenPort: &port, FirewallMark: &mark, ReplacePeers: true}
 	for i, p := range s.Peers {
-		ep, err := ResolveEndpoint(ctx, p.Endpoint)
+		ep, err := ResolveEndpointWith(ctx, s.EndpointResolver, p.Endpoint)
 		if err != nil {
 			return cfg, fmt.Errorf("wireguard.peers[%d].endpoint: %w", i, err)
 		}
@@ -45,6 +46,14 @@ func DeviceConfig(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
 // by the agent in the host namespace (never by the confined side), IPv4
 // first.
 func ResolveEndpoint(ctx context.Context, ep string) (*net.UDPAddr, error) {
+	return ResolveEndpointWith(ctx, netip.AddrPort{}, ep)
+}
+
+// ResolveEndpointWith is ResolveEndpoint asking the DNS server dns
+// (wireguard.endpointResolver) for a name; an invalid dns means the
+// host's resolver. The query leaves from the calling thread's namespace:
+// the agent's threads are in the host namespace.
+func ResolveEndpointWith(ctx context.Context, dns netip.AddrPort, ep string) (*net.UDPAddr, error) {
 	host, port, err := wgquick.ParseEndpoint(ep)
 	if err != nil {
 		return nil, err
@@ -52,7 +61,16 @@ func ResolveEndpoint(ctx context.Context, ep string) (*net.UDPAddr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.Unmap(), uint16(port))), nil
 	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	r := net.DefaultResolver
+	if dns.IsValid() {
+		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, dns.String())
+		}}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	addrs, err := r.LookupNetIP(ctx, "ip", host)
 	if err != nil || len(addrs) == 0 {
 		return nil, fmt.Errorf("resolve %q: %v", host, err)
 	}

@@ -40,7 +40,8 @@ import (
 //
 // States 1-9 share one topology (the agent is restored to healthy between
 // states and each state has its own captures and log marks); 1b runs in a
-// second topology with "ipv6": "block" concurrently. The table and the
+// second topology with "ipv6": "block" concurrently, F and D in a third
+// with a pool of two providers (failover_matrix_test.go). The table and the
 // closing line also go to $VPNC_MATRIX_REPORT (see main_test.go).
 func TestLeakMatrix(t *testing.T) {
 	requireAgent(t)
@@ -57,6 +58,10 @@ func TestLeakMatrix(t *testing.T) {
 		t.Run("ipv6-block", func(t *testing.T) {
 			t.Parallel()
 			mx.runBlock(t)
+		})
+		t.Run("pool", func(t *testing.T) {
+			t.Parallel()
+			mx.runPool(t)
 		})
 	})
 	text := mx.render()
@@ -455,6 +460,8 @@ var matrixColumns = []column{
 	{"8", "endpoint changed to an unreachable address (config rewritten, agent restarted)"},
 	{"9", "host link: published port held open by an allowed LAN client, denied sources"},
 	{"1b", "healthy with \"ipv6\": \"block\" (second topology)"},
+	{"F", "failing over: the active provider of a pool of two dies under the probe rounds; the agent retries it, then switches to the second (third topology, \"ipv6\": \"block\")"},
+	{"D", "every server of the pool dead: the namespace stays closed while the agent keeps trying (third topology)"},
 }
 
 type matrix struct {
@@ -934,13 +941,14 @@ func goodPositive(s *site, r *mrow, x probe.Result) bool {
 	}
 	switch r.kind {
 	case kResolver:
-		return slices.Equal(x.Addrs, []netip.Addr{testbed.ProvTunnel4})
+		return slices.Equal(x.Addrs, []netip.Addr{testbed.ProvTunnel4}) ||
+			s.prov2 != nil && slices.Equal(x.Addrs, []netip.Addr{testbed.Prov2Tunnel4}) // a pool's second provider answers with its own
 	case kGetent:
 		if len(x.Addrs) == 0 {
 			return false
 		}
 		for _, a := range x.Addrs {
-			if a != testbed.ProvTunnel4 && a != testbed.ProvTunnel6 {
+			if a != testbed.ProvTunnel4 && a != testbed.ProvTunnel6 && (s.prov2 == nil || a != testbed.Prov2Tunnel4) {
 				return false
 			}
 		}

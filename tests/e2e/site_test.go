@@ -66,7 +66,11 @@ type site struct {
 	endpoint netip.AddrPort
 	// oldEndpoints were configured before (a peer may still send from them).
 	oldEndpoints []netip.AddrPort
-	ipv6         bool // IPv6 is tunnelled (else blocked)
+	// poolEndpoints are the other servers' endpoints of a pool: WireGuard
+	// to and from them is as allowed on the uplink as to endpoint.
+	poolEndpoints []netip.AddrPort
+	prov2         *harness.Process // the second provider of a pool
+	ipv6          bool             // IPv6 is tunnelled (else blocked)
 
 	hostDecoy, lanDecoy, nsServer *harness.Process
 	hostResolv, hostNSS           string
@@ -78,6 +82,10 @@ type site struct {
 
 type siteOptions struct {
 	ipv6 string // "" (auto: tunnelled here) or "block"
+	// pool: a second provider (testbed.AddProvider2) and the agent on a
+	// pool of two servers (wireguard.configFiles: the topology's provider
+	// first); needs ipv6 "block" (the second provider is IPv4 only).
+	pool bool
 }
 
 func newSite(t *testing.T, o siteOptions) *site {
@@ -92,6 +100,9 @@ func newSite(t *testing.T, o siteOptions) *site {
 		Edit: func(c *config.Config) {
 			c.HostLink.AccessibleFrom = []string{netip.PrefixFrom(lanAllowed, 32).String()}
 		},
+	}
+	if o.pool {
+		s.addPool(t)
 	}
 	var cfg *config.Config
 	s.path, cfg = tp.AgentConfig(t, s.opts)
@@ -128,6 +139,34 @@ func newSite(t *testing.T, o siteOptions) *site {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// addPool starts the second provider and makes the site's config a pool
+// of two wg-quick files: the topology's provider, then the second.
+func (s *site) addPool(t *testing.T) {
+	t.Helper()
+	tp := s.tp
+	p2, err := tp.AddProvider2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.prov2 = tp.StartProcess(t, "prov2", p2.NS, env.providerBin, p2.Config(""))
+	s.poolEndpoints = []netip.AddrPort{harness.AP(testbed.Endpoint2, testbed.WGPort)}
+	a, b := filepath.Join(tp.Dir, "pool-a.conf"), filepath.Join(tp.Dir, "pool-b.conf")
+	for f, text := range map[string]string{
+		a: testbed.WGQuick(tp.ClientKey, testbed.ClientTunnel4, testbed.ProvTunnel4, tp.ProvKey, s.endpoint.String()),
+		b: testbed.WGQuick(p2.ClientKey, testbed.Client2Tunnel4, testbed.Prov2Tunnel4, p2.ProvKey, harness.AP(testbed.Endpoint2, testbed.WGPort).String()),
+	} {
+		if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := s.opts.Edit
+	s.opts.Edit = func(c *config.Config) {
+		base(c)
+		c.WireGuard = config.WireGuard{ConfigFiles: []string{a, b}}
+		c.DNS.Servers = nil
+	}
 }
 
 // expectBackend is the backend the agent will resolve want to here:
@@ -477,6 +516,9 @@ func (w *window) close(rows []*mrow, o closeOptions) *evidence {
 		}
 	}
 	allowed := observe.Any(observe.LinkNoise, wgFlow(o.endpoint), wgICMPErrors(o.endpoint), hostOwnUse)
+	for _, ep := range w.s.poolEndpoints {
+		allowed = observe.Any(allowed, wgFlow(ep), wgICMPErrors(ep))
+	}
 	for _, old := range w.s.oldEndpoints {
 		if old != o.endpoint {
 			allowed = observe.Any(allowed, staleWG(old))

@@ -1,0 +1,242 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
+	"github.com/vpn-confinement/vpn-confinement/agent/liveness"
+	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+)
+
+// Liveness is the daemon's running view of the tunnel: which server is
+// active, whether it answers, the recovery's state and its counters. The
+// daemon's loop updates it; anyone (the metrics endpoint) reads it with
+// Snapshot. It never holds key material.
+type Liveness struct {
+	mu   sync.Mutex
+	snap Snapshot
+}
+
+// Snapshot is one reading of Liveness.
+type Snapshot struct {
+	Server engine.Server // the active server: index, wg-quick file, endpoint
+	Pool   int           // servers in the pool
+	// Recovery is "healthy", "retrying", "failing over" or "every server
+	// dead"; Verdict is the active server's: alive, idle, dead, unknown.
+	Recovery liveness.State
+	Verdict  liveness.Verdict
+	Cause    string // why the tunnel was judged dead, if it was
+	// HandshakeAge of the active peer (HandshakeKnown false: never).
+	HandshakeAge   time.Duration
+	HandshakeKnown bool
+	// Counters since the daemon started.
+	Failovers     int // switches to another server that succeeded
+	Attempts      int // retries and switches carried out
+	ProbeFailures int // probe failures in total
+	DriftRepairs  int // device configurations re-applied after a change behind the agent's back
+	Backoff       time.Duration
+}
+
+// Snapshot returns the current reading.
+func (l *Liveness) Snapshot() Snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snap
+}
+
+func (l *Liveness) set(s Snapshot) {
+	l.mu.Lock()
+	l.snap = s
+	l.mu.Unlock()
+}
+
+// failover judges the tunnel on each tick and drives the recovery. It
+// runs on the daemon's loop only: engine calls never race.
+type failover struct {
+	eng   *engine.Engine
+	inst  *engine.Instance
+	log   *slog.Logger
+	out   *Liveness
+	judge liveness.Judge
+	rec   liveness.Recovery
+	pool  []*config.Spec
+	now   func() time.Time
+
+	probe     *config.ProbeSpec
+	nextProbe time.Time
+	inFlight  bool
+	gen       int // bumped on every switch: a probe result of an older server is dropped
+	results   chan probeResult
+
+	probeFailures, driftRepairs int
+	recorded                    engine.Liveness // the last written to the state file
+}
+
+type probeResult struct {
+	gen int
+	err error
+}
+
+func newFailover(eng *engine.Engine, inst *engine.Instance, out *Liveness, log *slog.Logger) *failover {
+	pool := inst.Spec.Pool
+	if len(pool) == 0 {
+		pool = []*config.Spec{inst.Spec}
+	}
+	f := &failover{
+		eng: eng, inst: inst, log: log, out: out, pool: pool, now: time.Now,
+		probe:   inst.Spec.Probe,
+		results: make(chan probeResult, 1),
+	}
+	f.rec = liveness.Recovery{Pool: len(pool), Active: inst.Spec.Server}
+	if f.probe != nil {
+		f.judge.Failures = f.probe.Failures
+	}
+	f.publish()
+	return f
+}
+
+// probeTimeout is below the interval, so probes never overlap.
+func probeTimeout(iv time.Duration) time.Duration { return min(iv*3/4, 10*time.Second) }
+
+// tick runs one round: drift, a sample, maybe a probe, the verdict and
+// the recovery.
+func (f *failover) tick(ctx context.Context) {
+	now := f.now()
+	if drift, err := f.eng.RepairDrift(ctx, f.inst); err != nil {
+		f.log.Debug("cannot compare the device with its configuration", "err", err)
+	} else if len(drift) > 0 {
+		f.driftRepairs++
+		f.log.Warn("the WireGuard device was changed behind the agent's back; configuration re-applied", "drift", drift)
+		f.judge.Reset() // the peers were replaced: their counters start again
+	}
+	if d, err := f.eng.Device(f.inst); err == nil {
+		f.judge.Observe(sampleOf(d, f.inst.Spec, now))
+	}
+	if f.probe != nil && !f.inFlight && !now.Before(f.nextProbe) {
+		f.inFlight, f.nextProbe = true, now.Add(f.probe.Interval)
+		gen, name, target, to := f.gen, f.inst.Spec.Name, f.probe.Target, probeTimeout(f.probe.Interval)
+		go func() {
+			f.results <- probeResult{gen, liveness.Probe(ctx, name, target, to)}
+		}()
+	}
+	f.decide(ctx, now)
+}
+
+// probed takes a probe result.
+func (f *failover) probed(ctx context.Context, r probeResult) {
+	f.inFlight = false
+	if r.gen != f.gen {
+		return
+	}
+	if r.err != nil {
+		f.probeFailures++
+		f.log.Info("probe failed", "target", f.probe.Target.String(), "err", r.err, "in a row", f.judge.ProbeFailures()+1)
+		f.judge.Probe(false, r.err.Error())
+	} else {
+		f.judge.Probe(true, "")
+	}
+	f.decide(ctx, f.now())
+}
+
+func (f *failover) decide(ctx context.Context, now time.Time) {
+	v, cause := f.judge.Verdict(now)
+	switch {
+	case v != liveness.Dead && f.judge.Answered():
+		if st, _ := f.rec.State(); st != liveness.Healthy {
+			f.log.Info("tunnel answers again", "server", f.inst.Spec.Server, "config", f.inst.Spec.ConfigFile())
+		}
+		f.rec.Alive()
+	case v == liveness.Dead:
+		if a, ok := f.rec.Dead(now, cause); ok {
+			what := "switching to the next server"
+			if a.Retry {
+				what = "retrying the same server"
+			}
+			f.log.Warn("tunnel dead; "+what, "cause", cause, "server", f.inst.Spec.Server, "next", a.Server)
+			if err := f.rec.Apply(now, a, switcher{f, ctx}); err != nil {
+				f.log.Error("switch failed; the kill switch stays closed", "server", a.Server, "err", err)
+			}
+			if st, _ := f.rec.State(); st == liveness.AllDead {
+				b, next := f.rec.Backoff()
+				f.log.Error("every server is dead; the namespace stays closed, trying again", "backoff", b, "next attempt", next.Format(time.RFC3339))
+			}
+		}
+	}
+	f.publish()
+}
+
+// switcher carries out the recovery's actions with the engine.
+type switcher struct {
+	f   *failover
+	ctx context.Context
+}
+
+func (s switcher) Switch(server int, retry bool) error {
+	f := s.f
+	if err := f.eng.Switch(s.ctx, f.inst, f.pool[server]); err != nil {
+		return err
+	}
+	f.gen++
+	f.judge.Reset()
+	f.nextProbe = time.Time{} // judge the new server at once
+	return nil
+}
+
+func (f *failover) publish() {
+	now := f.now()
+	st, cause := f.rec.State()
+	v, vcause := f.judge.Verdict(now)
+	if v == liveness.Dead && cause == "" {
+		cause = vcause
+	}
+	b, _ := f.rec.Backoff()
+	snap := Snapshot{
+		Server: f.inst.ActiveServer(), Pool: len(f.pool), Recovery: st, Verdict: v, Cause: cause,
+		Failovers: f.rec.Failovers, Attempts: f.rec.Attempts, ProbeFailures: f.probeFailures, DriftRepairs: f.driftRepairs, Backoff: b,
+	}
+	snap.HandshakeAge, snap.HandshakeKnown = f.judge.HandshakeAge(now)
+	f.out.set(snap)
+	// The state file (for status) changes only when the judgement does.
+	l := engine.Liveness{Recovery: string(st), Verdict: v.String(), Cause: cause, Failovers: f.rec.Failovers}
+	if l.Recovery == f.recorded.Recovery && l.Verdict == f.recorded.Verdict && l.Failovers == f.recorded.Failovers {
+		return
+	}
+	l.Since = now.UTC()
+	if err := f.eng.RecordLiveness(f.inst, &l); err != nil {
+		f.log.Warn("cannot record the tunnel's state", "err", err)
+		return
+	}
+	f.recorded = l
+	if st != liveness.Healthy {
+		Notify(fmt.Sprintf("STATUS=%s: %s", st, cause))
+	} else {
+		Notify(fmt.Sprintf("STATUS=namespace %s up on server %d (%s)", f.inst.Spec.Name, f.inst.Spec.Server, v))
+	}
+}
+
+// sampleOf sums the counters of the peers the active server configures.
+func sampleOf(d *wireguard.Device, s *config.Spec, now time.Time) liveness.Sample {
+	out := liveness.Sample{At: now, Readable: true}
+	for _, p := range d.Peers {
+		ours := false
+		for _, ps := range s.Peers {
+			if ps.PublicKey == p.PublicKey {
+				ours = true
+			}
+		}
+		if !ours {
+			continue
+		}
+		out.Tx += p.TransmitBytes
+		out.Rx += p.ReceiveBytes
+		if p.LastHandshakeTime.After(out.LastHandshake) {
+			out.LastHandshake = p.LastHandshakeTime
+		}
+	}
+	return out
+}

@@ -1,0 +1,252 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// Switching servers of a pool, retrying one, and putting back a device
+// configuration someone changed behind the agent's back. The kill switch
+// is replaced atomically by the next server's (one policy.Apply), never
+// removed or opened: at every moment the namespace can reach only the
+// tunnel, and only the resolvers of one of the two servers through it.
+
+// devices reads and reconfigures the live WireGuard device.
+type devices interface {
+	// Config builds the device configuration of a server, resolving its
+	// endpoint host names (in the host namespace).
+	Config(ctx context.Context, s *config.Spec) (wgtypes.Config, error)
+	// Configure applies cfg to the live tunnel t in namespace ns.
+	Configure(t wireguard.Tunnel, ns string, cfg wgtypes.Config) error
+	// Read returns the live device, without key material.
+	Read(ns, iface string) (*wireguard.Device, error)
+}
+
+// resolvConf rewrites the namespace's resolv.conf in place.
+type resolvConf interface {
+	Rewrite(s *config.Spec) error
+}
+
+type wgDevices struct{}
+
+func (wgDevices) Config(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
+	return wireguard.DeviceConfig(ctx, s)
+}
+func (wgDevices) Configure(t wireguard.Tunnel, ns string, cfg wgtypes.Config) error {
+	return wireguard.Configure(t, ns, cfg)
+}
+func (wgDevices) Read(ns, iface string) (*wireguard.Device, error) {
+	return wireguard.ReadDevice(ns, iface)
+}
+
+type inPlaceResolv struct{}
+
+func (inPlaceResolv) Rewrite(s *config.Spec) error {
+	return rewriteInPlace(names.ResolvConf(s.Name), ResolvConf(s))
+}
+
+// rewriteInPlace overwrites a file's content keeping its inode: a
+// confined service started by systemd has our resolv.conf bind-mounted
+// over its /etc/resolv.conf, and a bind mount pins the inode, so a
+// rename would leave the service reading the old servers. The new
+// content is written over the old, then the file is cut to its length:
+// a reader never sees an empty file, at worst one torn between two
+// versions for the instant of the write (both lists of servers the kill
+// switch allowed at some point).
+func rewriteInPlace(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return atomicfile.Write(path, data, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("rewrite %s: %w", path, err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, 0); err != nil {
+		return fmt.Errorf("rewrite %s: %w", path, err)
+	}
+	if err := f.Truncate(int64(len(data))); err != nil {
+		return fmt.Errorf("rewrite %s: %w", path, err)
+	}
+	return f.Sync()
+}
+
+// live adapts a server's device configuration for a running tunnel: with
+// no fixed listen port the current socket is kept (setting port 0 would
+// rebind to another random port for nothing).
+func live(cfg wgtypes.Config, s *config.Spec) wgtypes.Config {
+	if s.ListenPort == 0 {
+		cfg.ListenPort = nil
+	}
+	return cfg
+}
+
+// applied is the device configuration the instance's tunnel should have,
+// computed once (resolving endpoint names) and kept.
+func (e *Engine) applied(ctx context.Context, inst *Instance) (*wgtypes.Config, error) {
+	if inst.applied != nil {
+		return inst.applied, nil
+	}
+	cfg, err := e.sys().dev.Config(ctx, inst.Spec)
+	if err != nil {
+		return nil, err
+	}
+	inst.applied = &cfg
+	return inst.applied, nil
+}
+
+// Switch makes next (a server of the instance's pool, or the active one
+// again for a retry) the active server: its endpoint is resolved afresh,
+// its kill switch replaces the current one atomically, the device gets
+// its peers (and private key, if it differs; the peers are replaced, so
+// even a retry of the same server starts a fresh handshake), the tunnel
+// its addresses and routes, resolv.conf its DNS servers (in place) and
+// the state file the active server. On error every step done is undone
+// in reverse, back to the previous server, whose kill switch is put back
+// the same way; nothing is ever removed.
+func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) (err error) {
+	old := inst.Spec
+	if next.Name != old.Name || next.Interface != old.Interface {
+		return fmt.Errorf("switch: server %d is for namespace %s/%s, not %s/%s", next.Server, next.Name, next.Interface, old.Name, old.Interface)
+	}
+	if inst.Tunnel == nil {
+		return errors.New("switch: no tunnel")
+	}
+	sys := e.sys()
+	log := e.log().With("namespace", old.Name)
+	// Resolve first: a name that does not resolve changes nothing.
+	cfg, err := sys.dev.Config(ctx, next)
+	if err != nil {
+		return fmt.Errorf("switch to server %d: %w", next.Server, err)
+	}
+	prev, perr := e.applied(ctx, inst)
+	j := &journal{log: log}
+	policySwitched := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		// The previous server's kill switch goes back first (atomically,
+		// like every replace), so that resolv.conf never names resolvers
+		// the loaded kill switch does not allow; then the rest, in
+		// reverse.
+		var rerrs []error
+		if policySwitched {
+			rerrs = append(rerrs, wrap("undo policy", applyPolicy(sys.fw, old, false)))
+		}
+		rerrs = append(rerrs, j.rollback())
+		if rerr := errors.Join(rerrs...); rerr != nil {
+			err = fmt.Errorf("%w (rollback: %v)", err, rerr)
+		}
+	}()
+
+	if err := applyPolicy(sys.fw, next, false); err != nil {
+		return fmt.Errorf("switch to server %d: kill switch: %w", next.Server, err)
+	}
+	policySwitched = true
+
+	if err := sys.dev.Configure(inst.Tunnel, next.Name, live(cfg, next)); err != nil {
+		return fmt.Errorf("switch to server %d: %w", next.Server, err)
+	}
+	j.add(StepTunnel, func() error {
+		if perr != nil {
+			return fmt.Errorf("previous device configuration unknown: %w", perr)
+		}
+		return sys.dev.Configure(inst.Tunnel, old.Name, live(*prev, old))
+	})
+
+	if err := sys.links.ConfigureTunnel(next); err != nil {
+		return fmt.Errorf("switch to server %d: %w", next.Server, err)
+	}
+	j.add(StepAddresses, func() error { return sys.links.ConfigureTunnel(old) })
+
+	if err := sys.resolv.Rewrite(next); err != nil {
+		return fmt.Errorf("switch to server %d: resolv.conf: %w", next.Server, err)
+	}
+	j.add(StepResolver, func() error { return sys.resolv.Rewrite(old) })
+
+	st := inst.stateFor(next)
+	if err := sys.files.WriteState(st); err != nil {
+		return fmt.Errorf("switch to server %d: %w", next.Server, err)
+	}
+	inst.Spec, inst.applied, inst.state = next, &cfg, st
+	log.Info("switched server", "server", next.Server, "config", next.ConfigFile(), "endpoint", endpointOf(next))
+	return nil
+}
+
+// RepairDrift compares the live device with the configuration the agent
+// applied and, when they differ (someone changed an endpoint, a peer or
+// the key through the UAPI socket or netlink), applies it again. It
+// returns what differed.
+func (e *Engine) RepairDrift(ctx context.Context, inst *Instance) ([]string, error) {
+	if inst.Tunnel == nil {
+		return nil, nil
+	}
+	sys := e.sys()
+	want, err := e.applied(ctx, inst)
+	if err != nil {
+		return nil, err
+	}
+	d, err := sys.dev.Read(inst.Spec.Name, inst.Spec.Interface)
+	if err != nil {
+		return nil, err
+	}
+	drift := wireguard.Drift(d, *want)
+	if len(drift) == 0 {
+		return nil, nil
+	}
+	return drift, sys.dev.Configure(inst.Tunnel, inst.Spec.Name, live(*want, inst.Spec))
+}
+
+// Server is what the engine knows about the active server, for status
+// and metrics: no key material.
+type Server struct {
+	Index      int
+	ConfigFile string
+	Endpoint   string // as configured (host:port)
+	Resolved   string // the address the endpoint resolved to, if known
+}
+
+// ActiveServer describes the instance's active server.
+func (inst *Instance) ActiveServer() Server {
+	s := Server{Index: inst.Spec.Server, ConfigFile: inst.Spec.ConfigFile(), Endpoint: endpointOf(inst.Spec)}
+	if inst.applied != nil && len(inst.applied.Peers) > 0 && inst.applied.Peers[0].Endpoint != nil {
+		s.Resolved = inst.applied.Peers[0].Endpoint.String()
+	}
+	return s
+}
+
+// Device reads the live device of the instance (no key material).
+func (e *Engine) Device(inst *Instance) (*wireguard.Device, error) {
+	return e.sys().dev.Read(inst.Spec.Name, inst.Spec.Interface)
+}
+
+func endpointOf(s *config.Spec) string {
+	if len(s.Peers) == 0 {
+		return ""
+	}
+	return s.Peers[0].Endpoint
+}
+
+// RecordLiveness writes the daemon's view of the tunnel (alive, idle,
+// failing over...) into the state file, for status. Unchanged: no write.
+func (e *Engine) RecordLiveness(inst *Instance, l *Liveness) error {
+	st := inst.stateFor(inst.Spec)
+	if inst.state != nil && inst.state.Liveness != nil && l != nil && *inst.state.Liveness == *l {
+		return nil
+	}
+	st.Liveness = l
+	if err := e.sys().files.WriteState(st); err != nil {
+		return err
+	}
+	inst.state = st
+	return nil
+}
