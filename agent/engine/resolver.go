@@ -84,23 +84,12 @@ func writeResolver(s *config.Spec) (created bool, err error) {
 	return created, atomicfile.Write(names.NSSwitch(s.Name), NSSwitch(hostNSS), 0o644)
 }
 
-// rewriteResolvConf writes resolv.conf in place: truncated and written
-// under the same inode, since processes in the namespace may have it
-// bind-mounted (ip netns exec, systemd's BindReadOnlyPaths) and would keep
-// a replaced file's old inode.
+// rewriteResolvConf writes resolv.conf in place, under the same inode
+// (rewriteInPlace): processes in the namespace may have it bind-mounted
+// (ip netns exec, systemd's BindReadOnlyPaths) and would keep a replaced
+// file's old inode.
 func rewriteResolvConf(s *config.Spec) error {
-	f, err := os.OpenFile(names.ResolvConf(s.Name), os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		return fmt.Errorf("rewrite %s: %w", names.ResolvConf(s.Name), err)
-	}
-	_, werr := f.Write(ResolvConf(s))
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return fmt.Errorf("rewrite %s: %w", names.ResolvConf(s.Name), werr)
-	}
-	return nil
+	return rewriteInPlace(names.ResolvConf(s.Name), ResolvConf(s))
 }
 
 // removeResolver removes our two files and the directory if it is empty.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
-	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -49,9 +48,7 @@ func (wgDevices) Read(ns, iface string) (*wireguard.Device, error) {
 
 type inPlaceResolv struct{}
 
-func (inPlaceResolv) Rewrite(s *config.Spec) error {
-	return rewriteInPlace(names.ResolvConf(s.Name), ResolvConf(s))
-}
+func (inPlaceResolv) Rewrite(s *config.Spec) error { return rewriteResolvConf(s) }
 
 // rewriteInPlace overwrites a file's content keeping its inode: a
 // confined service started by systemd has our resolv.conf bind-mounted
