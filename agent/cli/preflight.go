@@ -24,13 +24,25 @@ import (
 // (its own tunnel would hold them), an interface name or listen port
 // already taken in the host's namespace. Each is a *config.FieldError.
 func preflight(eng *engine.Engine, s *config.Spec) error {
-	for i, p := range s.Peers {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := wireguard.ResolveEndpoint(ctx, p.Endpoint)
-		cancel()
-		if err != nil {
-			return s.PeerError(i, "endpoint", "use an IP address, or a name this host resolves", "%s does not resolve (%v)", p.Endpoint, err)
+	// With a pool, a server whose endpoint does not resolve now is one the
+	// agent fails over from; only a pool none of which resolves is refused.
+	pool := s.Pool
+	if len(pool) == 0 {
+		pool = []*config.Spec{s}
+	}
+	var first error
+	for _, srv := range pool {
+		err := resolvesAll(srv)
+		if err == nil {
+			first = nil
+			break
 		}
+		if first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return first
 	}
 	if _, err := eng.Backend(s); err != nil {
 		return err
@@ -71,4 +83,18 @@ func staleOurs(s *config.Spec, l netlink.Link) bool {
 	}
 	t := l.Type()
 	return s.Interface == names.Tunnel(s.Name) && (t == "wireguard" || t == "tuntap" || t == "tun")
+}
+
+// resolvesAll checks that every endpoint of server s resolves, through
+// its endpointResolver when it has one (as the agent will resolve it).
+func resolvesAll(s *config.Spec) error {
+	for i, p := range s.Peers {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := wireguard.ResolveEndpointWith(ctx, s.EndpointResolver, p.Endpoint)
+		cancel()
+		if err != nil {
+			return s.PeerError(i, "endpoint", "use an IP address, or a name this host (or wireguard.endpointResolver) resolves", "%s does not resolve (%v)", p.Endpoint, err)
+		}
+	}
+	return nil
 }
