@@ -513,3 +513,56 @@ func TestUpWaitHandshake(t *testing.T) {
 		}
 	})
 }
+
+// The namespace stops sending once the failure was detected: the server
+// switched to has no queued packets to handshake for, and must still be
+// judged (the agent nudges it), so status ends healthy on the fallback
+// instead of "failing over" for ever.
+func TestFailoverThenIdle(t *testing.T) {
+	t.Parallel()
+	s := newPoolSite(t, "", both, nil)
+	s.run(t)
+	s.mustWork(t, 10*time.Second, 0, "before")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			probe.UDPSend(s.name, harness.AP(testbed.PoolProbe4, testbed.ControlPort), harness.Marker("stream"))
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	s.ProvA.Kill()
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		if rc, _ := s.status(t); rc != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			t.Fatalf("the failure was never detected:\n%s", s.d.Output())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	// Idle from here on. No probe is configured.
+	deadline = time.Now().Add(40 * time.Second)
+	var rc int
+	var m map[string]any
+	for time.Now().Before(deadline) {
+		if rc, m = s.status(t); rc == 0 && field(m, "server", "index") == 1.0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if rc != 0 || field(m, "server", "index") != 1.0 || field(m, "tunnel", "recovery") != "healthy" {
+		t.Fatalf("idle after the failure: status rc %d, server %v, tunnel %v, problems %v\nagent:\n%s", rc, m["server"], m["tunnel"], m["problems"], s.d.Output())
+	}
+	s.mustWork(t, 5*time.Second, 1, "after the failover")
+}
