@@ -397,9 +397,23 @@ func TestFailoverEndpointMoves(t *testing.T) {
 	if hits := harness.Hits(t, epdns, 0); !slices.ContainsFunc(hits, func(e provider.Event) bool { return e.Kind == provider.EvDNS }) {
 		t.Fatalf("positive control: the endpoint resolver was never asked:\n%s", harness.DumpEvents(hits))
 	}
-	// The server moves: the old address dies, the name points at the new.
+	// The server moves: the old address dies; once the agent has found
+	// it dead (and retried the old address), the name points at the new.
 	s.ProvA.Kill()
 	s.StartMoved(t, env.providerBin)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if rc, _ := s.status(t); rc != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead server was never detected:\n%s", s.d.Output())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r := s.echo(); r.Reached() {
+		t.Fatalf("positive control: traffic passes before the name moved: %v", r)
+	}
 	cfg := harness.EndpointDNSConfig(port, name, testbed.Endpoint2)
 	cfg.Log = epdns.Log
 	if err := provider.WriteConfig(epdns.Config, cfg); err != nil {
