@@ -372,7 +372,12 @@ func TestFailoverEveryServerDead(t *testing.T) {
 	t0 := time.Now()
 	r := harness.Eventually(90*time.Second, s.echo)
 	if !r.Reached() {
-		t.Fatalf("the provider came back but the tunnel did not: %v\nagent:\n%s", r, s.d.Output())
+		ev, _ := s.ProvB.Events()
+		if len(ev) > 30 {
+			ev = ev[len(ev)-30:]
+		}
+		wg, _ := harness.Output(s.P2.NS, "wg", "show", s.P2.Iface)
+		t.Fatalf("the provider came back but the tunnel did not: %v\nagent:\n%s\nsecond provider's last events:\n%s\nits device:\n%s", r, s.d.Output(), harness.DumpEvents(ev), wg)
 	}
 	s.mustWork(t, 5*time.Second, 1, "after the provider came back")
 	if rc, m := s.healthyStatus(t, 5*time.Second); rc != 0 || field(m, "tunnel", "recovery") != "healthy" {
