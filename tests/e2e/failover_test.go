@@ -585,3 +585,54 @@ func TestFailoverThenIdle(t *testing.T) {
 	}
 	s.mustWork(t, 5*time.Second, 1, "after the failover")
 }
+
+// An idle tunnel is not dead: status exits 0, says idle, and shows the
+// handshake's age. Positive control: right after traffic it says alive.
+func TestStatusIdle(t *testing.T) {
+	t.Parallel()
+	s := newPoolSite(t, "", func(p *harness.Pool) []string { return []string{p.FileA} }, nil)
+	s.run(t)
+	s.mustWork(t, 10*time.Second, 0, "before")
+	verdict := func() (int, any, map[string]any) {
+		rc, m := s.status(t)
+		return rc, field(m, "tunnel", "verdict"), m
+	}
+	// The last traffic is a datagram received (a UDP echo's reply): 10 s
+	// later WireGuard sends a passive keepalive, which nothing answers.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		probe.UDPEcho(s.name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), harness.Marker("idle"))
+		if _, v, _ := verdict(); v == "alive" {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, v, m := verdict()
+			t.Fatalf("positive control: status under traffic says %v, want alive: %v", v, m["tunnel"])
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	// Idle: no data for KEEPALIVE_TIMEOUT, after the passive keepalive
+	// WireGuard sends 10 s after the last data (which gets no answer and
+	// must not count as sending into a dead tunnel).
+	deadline = time.Now().Add(40 * time.Second)
+	for {
+		rc, v, m := verdict()
+		if v == "idle" {
+			if rc != 0 {
+				t.Errorf("idle tunnel: status exits %d, want 0: %v", rc, m["problems"])
+			}
+			if strings.Contains(s.d.Output(), "tunnel dead") {
+				t.Errorf("the agent judged the idle tunnel dead on the way:\n%s", s.d.Output())
+			}
+			peers, _ := m["peers"].([]any)
+			if len(peers) != 1 || field(peers[0].(map[string]any), "handshakeAgeSeconds") == nil {
+				t.Errorf("idle tunnel: status shows no handshake age: %v", m["peers"])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never said idle after 40s without traffic: %v\nagent:\n%s", m["tunnel"], s.d.Output())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
