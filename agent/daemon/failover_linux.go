@@ -184,6 +184,11 @@ func (s switcher) Switch(server int, retry bool) error {
 	f.gen++
 	f.judge.Reset()
 	f.nextProbe = time.Time{} // judge the new server at once
+	// Make it handshake even if the namespace idles now (its queued
+	// packets went with the old peer): an answer, or none, judges it.
+	if err := liveness.Nudge(f.inst.Spec); err != nil {
+		f.log.Debug("cannot nudge the tunnel", "err", err)
+	}
 	return nil
 }
 

@@ -219,6 +219,7 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 		return err
 	}
 	inst.Tunnel = t
+	inst.applied = appliedOf(t)
 	j.add(StepTunnel, t.Destroy)
 	if err := step(StepTunnel); err != nil {
 		return err
@@ -314,7 +315,7 @@ func (e *Engine) RepairTunnel(ctx context.Context, inst *Instance) error {
 		return err
 	}
 	inst.Tunnel = t
-	inst.applied = nil // Ensure resolved the endpoints afresh
+	inst.applied = appliedOf(t) // Ensure resolved the endpoints afresh
 	return sys.links.ConfigureTunnel(inst.Spec)
 }
 

@@ -86,8 +86,17 @@ func live(cfg wgtypes.Config, s *config.Spec) wgtypes.Config {
 	return cfg
 }
 
-// applied is the device configuration the instance's tunnel should have,
-// computed once (resolving endpoint names) and kept.
+// appliedOf is the configuration a tunnel was created with, if it says.
+func appliedOf(t wireguard.Tunnel) *wgtypes.Config {
+	if c, ok := wireguard.Applied(t); ok {
+		return &c
+	}
+	return nil
+}
+
+// applied is the device configuration the instance's tunnel should have:
+// what Ensure or the last Switch applied, or (a tunnel that does not say)
+// computed once, resolving endpoint names, and kept.
 func (e *Engine) applied(ctx context.Context, inst *Instance) (*wgtypes.Config, error) {
 	if inst.applied != nil {
 		return inst.applied, nil

@@ -202,7 +202,7 @@ func (wgTunnels) Ensure(ctx context.Context, s *config.Spec, backend config.Back
 				return nil, err
 			}
 			log.Info("adopted existing kernel WireGuard link", "interface", s.Interface)
-			return wireguard.AdoptKernel(s.Name, s.Interface), nil
+			return wireguard.AdoptKernelConfigured(s.Name, s.Interface, cfg), nil
 		}
 		// Anything else under our name is stale: replace it.
 		if err := wireguard.AdoptKernel(s.Name, s.Interface).Destroy(); err != nil {

@@ -22,6 +22,10 @@ const (
 	rekeyJitter      = 334 * time.Millisecond
 )
 
+// KeepaliveBytes is what one keepalive adds to the transmit counter (an
+// empty transport message: 16-byte header, 16-byte tag).
+const KeepaliveBytes = 32
+
 // DefaultSilence is how long the namespace may send without receiving
 // anything before the tunnel is dead: a live peer answers data within
 // KEEPALIVE_TIMEOUT (a passive keepalive at worst), and when it does not,
@@ -131,7 +135,10 @@ func (j *Judge) Observe(s Sample) {
 	j.last = s
 	rxGrew := s.Rx > prev.Rx
 	hsNew := s.LastHandshake.After(prev.LastHandshake)
-	if rxGrew || s.Tx > prev.Tx {
+	// A keepalive (passive, after received data, or persistent) is sent
+	// and never answered: growth by one keepalive is not sending.
+	sent := s.Tx-prev.Tx > KeepaliveBytes
+	if rxGrew || sent {
 		j.active = s.At
 	}
 	if rxGrew || hsNew {
@@ -139,7 +146,7 @@ func (j *Judge) Observe(s Sample) {
 		j.since = time.Time{}
 		return
 	}
-	if s.Tx > prev.Tx && j.since.IsZero() {
+	if sent && j.since.IsZero() {
 		// Sending started (or resumed) with nothing coming back: the
 		// clock starts at the previous sample, the last moment tx had
 		// not grown.

@@ -67,6 +67,36 @@ func TestSendingWithoutAnswer(t *testing.T) {
 	}
 }
 
+// Keepalives are sent and never answered: a passive one after the last
+// data, or a persistent one every 25 s, is not sending into a dead
+// tunnel.
+func TestKeepalivesAreNotSending(t *testing.T) {
+	j := &Judge{}
+	hs := t0
+	feed(j, 0, 10, hs, growing(0), growing(0))
+	// Traffic stops; a passive keepalive at +10 s, then persistent ones
+	// every 25 s, for five minutes.
+	tx := func(s int) int64 {
+		n := int64(1000)
+		if s >= 20 {
+			n += KeepaliveBytes
+		}
+		if s >= 25 {
+			n += int64((s-25)/25+1) * KeepaliveBytes
+		}
+		return n
+	}
+	feed(j, 11, 300, hs, tx, flat(1000))
+	if v, cause := j.Verdict(at(300)); v != Idle {
+		t.Fatalf("keepalives only: %v (%q), want idle", v, cause)
+	}
+	// Positive control: real data without an answer is still dead.
+	feed(j, 301, 317, hs, func(s int) int64 { return tx(300) + int64(s-300)*500 }, flat(1000))
+	if v, cause := j.Verdict(at(317)); v != Dead {
+		t.Fatalf("data without an answer after keepalives: %v (%q), want dead", v, cause)
+	}
+}
+
 func TestAnsweredTrafficIsAlive(t *testing.T) {
 	j := &Judge{}
 	hs := t0

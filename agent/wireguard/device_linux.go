@@ -28,6 +28,23 @@ func Configure(t Tunnel, ns string, cfg wgtypes.Config) error {
 	return Reconfigure(ns, t.Name(), cfg)
 }
 
+// Applied returns the device configuration t was created with (its
+// endpoints as resolved then), when t knows it: the reference a later
+// drift check compares with, without resolving names again.
+func Applied(t Tunnel) (wgtypes.Config, bool) {
+	switch x := t.(type) {
+	case *userspaceTunnel:
+		if x.applied != nil {
+			return *x.applied, true
+		}
+	case *kernelTunnel:
+		if x.applied != nil {
+			return *x.applied, true
+		}
+	}
+	return wgtypes.Config{}, false
+}
+
 // Device is the live configuration of a tunnel, without its private key.
 type Device struct {
 	PublicKey    wgtypes.Key // of the device's private key

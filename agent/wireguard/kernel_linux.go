@@ -16,6 +16,7 @@ import (
 
 type kernelTunnel struct {
 	name, ns string
+	applied  *wgtypes.Config // the configuration Create or Reconfigure applied
 }
 
 func createKernel(s *config.Spec, cfg wgtypes.Config, nsName string) (Tunnel, error) {
@@ -51,7 +52,7 @@ func createKernel(s *config.Spec, cfg wgtypes.Config, nsName string) (Tunnel, er
 		return nil, err
 	}
 	ok = true
-	return &kernelTunnel{name: s.Interface, ns: nsName}, nil
+	return &kernelTunnel{name: s.Interface, ns: nsName, applied: &cfg}, nil
 }
 
 // Reconfigure applies cfg to an existing kernel link inside nsName (used
@@ -80,6 +81,11 @@ func configureHere(iface string, cfg wgtypes.Config) error {
 
 // AdoptKernel returns a handle for a kernel link already in nsName.
 func AdoptKernel(nsName, iface string) Tunnel { return &kernelTunnel{name: iface, ns: nsName} }
+
+// AdoptKernelConfigured is AdoptKernel for a link just given cfg.
+func AdoptKernelConfigured(nsName, iface string, cfg wgtypes.Config) Tunnel {
+	return &kernelTunnel{name: iface, ns: nsName, applied: &cfg}
+}
 
 func (k *kernelTunnel) Backend() config.Backend { return config.BackendKernel }
 func (k *kernelTunnel) Name() string            { return k.name }

@@ -30,6 +30,7 @@ type userspaceTunnel struct {
 	once    sync.Once
 	destroy error
 	gone    chan struct{} // closed once the TUN link is gone (Stop)
+	applied *wgtypes.Config
 }
 
 func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsName string) (t Tunnel, err error) {
@@ -102,7 +103,7 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 			go dev.IpcHandle(c)
 		}
 	}()
-	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul}, nil
+	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul, applied: &cfg}, nil
 }
 
 // OpenTUN creates a TUN device in the calling thread's namespace, without

@@ -372,7 +372,12 @@ func TestFailoverEveryServerDead(t *testing.T) {
 	t0 := time.Now()
 	r := harness.Eventually(90*time.Second, s.echo)
 	if !r.Reached() {
-		t.Fatalf("the provider came back but the tunnel did not: %v\nagent:\n%s", r, s.d.Output())
+		ev, _ := s.ProvB.Events()
+		if len(ev) > 30 {
+			ev = ev[len(ev)-30:]
+		}
+		wg, _ := harness.Output(s.P2.NS, "wg", "show", s.P2.Iface)
+		t.Fatalf("the provider came back but the tunnel did not: %v\nagent:\n%s\nsecond provider's last events:\n%s\nits device:\n%s", r, s.d.Output(), harness.DumpEvents(ev), wg)
 	}
 	s.mustWork(t, 5*time.Second, 1, "after the provider came back")
 	if rc, m := s.healthyStatus(t, 5*time.Second); rc != 0 || field(m, "tunnel", "recovery") != "healthy" {
@@ -397,9 +402,23 @@ func TestFailoverEndpointMoves(t *testing.T) {
 	if hits := harness.Hits(t, epdns, 0); !slices.ContainsFunc(hits, func(e provider.Event) bool { return e.Kind == provider.EvDNS }) {
 		t.Fatalf("positive control: the endpoint resolver was never asked:\n%s", harness.DumpEvents(hits))
 	}
-	// The server moves: the old address dies, the name points at the new.
+	// The server moves: the old address dies; once the agent has found
+	// it dead (and retried the old address), the name points at the new.
 	s.ProvA.Kill()
 	s.StartMoved(t, env.providerBin)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if rc, _ := s.status(t); rc != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead server was never detected:\n%s", s.d.Output())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r := s.echo(); r.Reached() {
+		t.Fatalf("positive control: traffic passes before the name moved: %v", r)
+	}
 	cfg := harness.EndpointDNSConfig(port, name, testbed.Endpoint2)
 	cfg.Log = epdns.Log
 	if err := provider.WriteConfig(epdns.Config, cfg); err != nil {
@@ -512,4 +531,108 @@ func TestUpWaitHandshake(t *testing.T) {
 			t.Errorf("positive control: after unblocking, no traffic: %v", r)
 		}
 	})
+}
+
+// The namespace stops sending once the failure was detected: the server
+// switched to has no queued packets to handshake for, and must still be
+// judged (the agent nudges it), so status ends healthy on the fallback
+// instead of "failing over" for ever.
+func TestFailoverThenIdle(t *testing.T) {
+	t.Parallel()
+	s := newPoolSite(t, "", both, nil)
+	s.run(t)
+	s.mustWork(t, 10*time.Second, 0, "before")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			probe.UDPSend(s.name, harness.AP(testbed.PoolProbe4, testbed.ControlPort), harness.Marker("stream"))
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	s.ProvA.Kill()
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		if rc, _ := s.status(t); rc != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			t.Fatalf("the failure was never detected:\n%s", s.d.Output())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	// Idle from here on. No probe is configured.
+	deadline = time.Now().Add(40 * time.Second)
+	var rc int
+	var m map[string]any
+	for time.Now().Before(deadline) {
+		if rc, m = s.status(t); rc == 0 && field(m, "server", "index") == 1.0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if rc != 0 || field(m, "server", "index") != 1.0 || field(m, "tunnel", "recovery") != "healthy" {
+		t.Fatalf("idle after the failure: status rc %d, server %v, tunnel %v, problems %v\nagent:\n%s", rc, m["server"], m["tunnel"], m["problems"], s.d.Output())
+	}
+	s.mustWork(t, 5*time.Second, 1, "after the failover")
+}
+
+// An idle tunnel is not dead: status exits 0, says idle, and shows the
+// handshake's age. Positive control: right after traffic it says alive.
+func TestStatusIdle(t *testing.T) {
+	t.Parallel()
+	s := newPoolSite(t, "", func(p *harness.Pool) []string { return []string{p.FileA} }, nil)
+	s.run(t)
+	s.mustWork(t, 10*time.Second, 0, "before")
+	verdict := func() (int, any, map[string]any) {
+		rc, m := s.status(t)
+		return rc, field(m, "tunnel", "verdict"), m
+	}
+	// The last traffic is a datagram received (a UDP echo's reply): 10 s
+	// later WireGuard sends a passive keepalive, which nothing answers.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		probe.UDPEcho(s.name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), harness.Marker("idle"))
+		if _, v, _ := verdict(); v == "alive" {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, v, m := verdict()
+			t.Fatalf("positive control: status under traffic says %v, want alive: %v", v, m["tunnel"])
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	// Idle: no data for KEEPALIVE_TIMEOUT, after the passive keepalive
+	// WireGuard sends 10 s after the last data (which gets no answer and
+	// must not count as sending into a dead tunnel).
+	deadline = time.Now().Add(40 * time.Second)
+	for {
+		rc, v, m := verdict()
+		if v == "idle" {
+			if rc != 0 {
+				t.Errorf("idle tunnel: status exits %d, want 0: %v", rc, m["problems"])
+			}
+			if strings.Contains(s.d.Output(), "tunnel dead") {
+				t.Errorf("the agent judged the idle tunnel dead on the way:\n%s", s.d.Output())
+			}
+			peers, _ := m["peers"].([]any)
+			if len(peers) != 1 || field(peers[0].(map[string]any), "handshakeAgeSeconds") == nil {
+				t.Errorf("idle tunnel: status shows no handshake age: %v", m["peers"])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never said idle after 40s without traffic: %v\nagent:\n%s", m["tunnel"], s.d.Output())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
