@@ -48,7 +48,12 @@ func (mo *monitor) observe(inst *engine.Instance) {
 	if mo == nil {
 		return
 	}
-	mo.m.Publish(health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true}))
+	rep := health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true})
+	// The failover loop's judgement, as status adds it from the state file.
+	if p := inst.Liveness().Problem(); p != "" {
+		rep.Add(health.TunnelDead, "%s", p)
+	}
+	mo.m.Publish(rep)
 }
 
 // repaired counts the problems of rep that a successful repair fixed.

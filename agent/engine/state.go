@@ -109,3 +109,28 @@ func ListStates() []string {
 	}
 	return out
 }
+
+// Problem describes a tunnel the agent judged not to carry traffic ("" when
+// it does, or idles: an idle tunnel is not dead). status and /healthz both
+// report it.
+func (l *Liveness) Problem() string {
+	switch {
+	case l == nil:
+		return ""
+	case l.Recovery == "every server dead":
+		return "every server of the pool is dead; the namespace stays closed and the agent keeps trying (" + l.Cause + ")"
+	case l.Recovery != "" && l.Recovery != "healthy":
+		return "tunnel dead, " + l.Recovery + ": " + l.Cause
+	case l.Verdict == "dead":
+		return "tunnel dead: " + l.Cause
+	}
+	return ""
+}
+
+// Liveness is what the daemon last recorded of the tunnel (nil: nothing).
+func (inst *Instance) Liveness() *Liveness {
+	if inst.state == nil {
+		return nil
+	}
+	return inst.state.Liveness
+}

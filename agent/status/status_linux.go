@@ -94,7 +94,7 @@ func Get(name string) (*Report, error) {
 		h.Add(health.ConfigUnreadable, "cannot load config %s: %v", st.ConfigPath, configErr)
 	}
 	if running && st.Liveness != nil {
-		if p := tunnelProblem(st.Liveness); p != "" {
+		if p := st.Liveness.Problem(); p != "" {
 			h.Add(health.TunnelDead, "%s", p)
 		}
 	}
@@ -125,19 +125,6 @@ func render(h *health.Report) *Report {
 	}
 }
 
-// tunnelProblem describes a tunnel the agent judged not to carry
-// traffic ("" when it does, or idles: an idle tunnel is not dead).
-func tunnelProblem(l *engine.Liveness) string {
-	switch {
-	case l.Recovery == "every server dead":
-		return "every server of the pool is dead; the namespace stays closed and the agent keeps trying (" + l.Cause + ")"
-	case l.Recovery != "" && l.Recovery != "healthy":
-		return "tunnel dead, " + l.Recovery + ": " + l.Cause
-	case l.Verdict == "dead":
-		return "tunnel dead: " + l.Cause
-	}
-	return ""
-}
 
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
