@@ -125,7 +125,6 @@ func render(h *health.Report) *Report {
 	}
 }
 
-
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	if err != nil && !errors.Is(err, syscall.EPERM) {
