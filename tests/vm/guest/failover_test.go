@@ -178,7 +178,13 @@ func TestKernelFailover(t *testing.T) {
 
 	// Before: kernel backend, server 0, traffic and DNS through the first provider.
 	if r := harness.Eventually(10*time.Second, func() probe.Result { return echo(testbed.ProvTunnel4) }); !r.Reached() {
-		t.Fatalf("before: no traffic through the first provider: %v\nagent:\n%s", r, d.Output())
+		rc, m := status()
+		diag := func(ns string, argv ...string) string {
+			out, err := harness.Output(ns, argv...)
+			return fmt.Sprintf("%s %v:\n%s", argv, err, out)
+		}
+		t.Fatalf("before: no traffic through the first provider: %v\nstatus %d %v\n%s%s%s%s\nagent:\n%s", r, rc, m,
+			diag(name, "ip", "route"), diag(name, "nft", "list", "table", "inet", names.Table), diag(name, "wg", "show"), diag(tp.Prov, "ss", "-ltn"), d.Output())
 	}
 	if ns, r := lookup(); ns != testbed.ProvTunnel4 || !r.Reached() {
 		t.Fatalf("before: resolv.conf names %s (want %s), lookup %v", ns, testbed.ProvTunnel4, r)
