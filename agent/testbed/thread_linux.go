@@ -122,9 +122,82 @@ func Do(name string, fn func() error) error {
 // Start starts cmd with its network namespace set to name; the mount
 // namespace is unchanged, so namespaces created later by anyone stay
 // visible to it. Wait for it as usual.
+//
+// The OS thread that forks the child stays locked (to a goroutine of its
+// own) until the child exits. Linux sends Pdeathsig when the forking
+// thread ends, not the process, and Go ends a thread whenever a goroutine
+// exits locked to it (netns.Create does so on purpose): a forking thread
+// handed back to the scheduler could be picked up and ended that way
+// under a running child and kill it. The VM tier saw it: a decoy and a
+// provider died, with no trace, right after the test created another
+// namespace.
 func Start(name string, cmd *exec.Cmd) error {
-	if err := Do(name, cmd.Start); err != nil {
+	target, err := netns.Open(name)
+	if err != nil {
+		return fmt.Errorf("start %s in netns %s: %w", cmd.Path, name, err)
+	}
+	defer target.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // unlocked only if no child was started
+		orig, err := vnetns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("get current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := vnetns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter netns %q: %w", name, err)
+			return
+		}
+		serr := cmd.Start()
+		if err := vnetns.Set(orig); err != nil {
+			// Stays locked (and ends with this goroutine): no other
+			// code runs in name.
+			errc <- errors.Join(serr, fmt.Errorf("leave netns %q: %w", name, err))
+		} else if serr != nil {
+			runtime.UnlockOSThread()
+			errc <- serr
+			return
+		} else {
+			errc <- nil
+		}
+		if serr == nil {
+			holdUntilExit(cmd.Process.Pid)
+		}
+		// Still locked: the thread ends with this goroutine, after the
+		// child did.
+	}()
+	if err := <-errc; err != nil {
 		return fmt.Errorf("start %s in netns %s: %w", cmd.Path, name, err)
 	}
 	return nil
+}
+
+// holdUntilExit blocks the calling (locked) thread until process pid has
+// exited (a pidfd becomes readable when it terminates). If pid cannot be
+// watched it blocks forever: a thread kept is cheaper than a child killed.
+func holdUntilExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return // already gone (and reaped)
+	}
+	if err != nil {
+		select {}
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if n > 0 {
+			return
+		}
+		if err != nil {
+			select {}
+		}
+	}
 }

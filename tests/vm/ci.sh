@@ -6,11 +6,11 @@
 #   vm-tier: N passed, N failed, N skipped
 # and, last, the tier's one-line summary, aggregated from the guest tests' "vmsummary:" lines
 # (and tests/e2e's "leak matrix:" line when its TestLeakMatrix ran in the VM):
-#   vm tier: kernel backend ok, N leak states × M probes, 0 leaks, systemd checks K/K
-#   vm tier: kernel backend ok, 10 leak states × 47 probes + 6 × 36, 0 leaks, systemd checks K/K
+#   vm tier: kernel backend ok, N leak states × M probes, 0 leaks, systemd checks K/K, failover kernel ok
+#   vm tier: kernel backend ok, 10 leak states × 47 probes + 6 × 36, 0 leaks, systemd checks K/K, failover kernel ok
 # Exits 0 only when every guest test passed AND every count is there: the kernel backend
-# check, each leak state in REQUIRED_LEAK_STATES with its probes and zero leaks, and each
-# systemd check in REQUIRED_SYSTEMD_CHECKS ok. With VMTEST_RUN set (a partial run) the
+# check, each leak state in REQUIRED_LEAK_STATES with its probes and zero leaks, each
+# systemd check in REQUIRED_SYSTEMD_CHECKS ok, and the kernel failover check ok. With VMTEST_RUN set (a partial run) the
 # summary covers what ran and missing counts do not fail the run.
 # Environment: see build-image.sh and run.sh (VMTEST_TIMEOUT, VMTEST_PKGS, ...).
 set -uo pipefail
@@ -21,7 +21,7 @@ mkdir -p "$VMTEST_LOGDIR"
 rm -f "$VMTEST_LOGDIR/summary"
 
 # What the issue requires of the tier (tests/vm/guest: leakmatrix_test.go, systemd_confine_test.go,
-# dnsmask_test.go, upholds_test.go).
+# dnsmask_test.go, upholds_test.go; failover_test.go's failover-kernel below).
 REQUIRED_LEAK_STATES="healthy peer-unreachable peer-stopped wg-link-deleted agent-sigkilled policy-table-deleted"
 REQUIRED_SYSTEMD_CHECKS="starts-after-ready namespace-resolv-conf stops-with-agent stops-on-agent-sigkill
 	dns-nscd-no-leak dns-resolved-no-leak restart-no-leak upholds-after-sigkill
@@ -109,6 +109,19 @@ for c in $REQUIRED_SYSTEMD_CHECKS; do
 	if [ "${line##* }" = ok ]; then kok=$((kok + 1)); else problems+=("systemd check $c failed"); fi
 done
 
+# The failover check (failover_test.go): "failover-kernel ok detect=Ns switch=Ns" or
+# "failover-kernel FAIL".
+failover="failover kernel MISSING"
+line=$(grep -E '^failover-kernel ' <<<"$vms" | tail -n1)
+if [ -z "$line" ]; then
+	if [ "$partial" = 1 ]; then failover="failover kernel not run"; else problems+=("failover check missing"); fi
+elif [[ $line == "failover-kernel ok"* ]]; then
+	failover="failover kernel ok"
+else
+	failover="failover kernel FAIL"
+	problems+=("failover check failed")
+fi
+
 # Any other check a guest test reported as failed (e.g. exec-check: vpn-agent exec).
 while read -r kind name _; do
 	[ -n "$kind" ] && [ "$kind" != systemd-check ] && problems+=("$kind $name failed")
@@ -116,7 +129,7 @@ done < <(grep -E '^[a-z-]+ [^ ]+ FAIL' <<<"$vms")
 [ "$rc" = 0 ] || problems+=("guest tests failed (rc=$rc)")
 states="$nstates leak states × ${probes:-0} probes"
 [ -z "$e2e" ] || states="$e2e + $nstates × ${probes:-0}"
-line="$kernel, $states, $leaks leaks, systemd checks $kok/$ktotal"
+line="$kernel, $states, $leaks leaks, systemd checks $kok/$ktotal, $failover"
 if [ ${#problems[@]} -gt 0 ]; then
 	echo "vm tier: problems: $(IFS=';'; echo "${problems[*]}" | sed 's/;/; /g')"
 	echo "vm tier: FAIL: $line"

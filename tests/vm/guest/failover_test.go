@@ -1,0 +1,375 @@
+package guest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
+)
+
+// Failover on the kernel backend: two providers, each kernel WireGuard with its own keys,
+// tunnel address and resolver, the agent (kernel backend) on a pool of both.
+//
+//	host up0 --- inet --pv0-- prov  (Endpoint4, wgp 198.19.66.1: DNS, echo)
+//	                   \--pv1-- prov2 (Endpoint2, wgp 198.19.77.1: DNS, echo)
+
+// addKernelProvider2 adds the pool's second provider (testbed.AddProvider2: its namespace at
+// Endpoint2, its own keys) with its tunnel end in kernel WireGuard, and starts the provider
+// binary serving DNS (TargetName -> Prov2Tunnel4, so an answer names the provider) and echo on
+// its tunnel address, logging every hit.
+func addKernelProvider2(t *testing.T, tp *kernelTopo) (*testbed.Provider2, *harness.Process) {
+	t.Helper()
+	p2, err := tp.AddProvider2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(tp.Dir, "prov2.key")
+	if err := os.WriteFile(key, []byte(p2.ProvKey.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tp.Exec(t, p2.NS, "ip", "link", "add", provWG, "type", "wireguard")
+	tp.Exec(t, p2.NS, "wg", "set", provWG, "listen-port", fmt.Sprint(testbed.WGPort), "private-key", key,
+		"peer", p2.ClientKey.PublicKey().String(), "allowed-ips", testbed.Client2Tunnel4.String()+"/32")
+	tp.Exec(t, p2.NS, "ip", "addr", "add", testbed.Prov2Tunnel4.String()+"/24", "dev", provWG)
+	tp.Exec(t, p2.NS, "ip", "link", "set", provWG, "up")
+	if d := tp.Exec(t, p2.NS, "ip", "-d", "link", "show", provWG); !strings.Contains(d, "wireguard") {
+		t.Fatalf("second provider's link is not kernel WireGuard:\n%s", d)
+	}
+	cfg := p2.Config("")
+	cfg.WireGuard = nil // decoy mode: the tunnel is the kernel's
+	cfg.TCPEcho = []string{harness.AP(testbed.Prov2Tunnel4, testbed.EchoPort).String()}
+	return p2, tp.StartProcess(t, "tunnel2", p2.NS, providerBin, cfg)
+}
+
+// tablePoller lists the namespace's kill switch table (`nft -a list table`) back to back until
+// stopped (at least once): every listing must find it; the handles seen show when it was replaced.
+type tablePoller struct {
+	stop    chan struct{}
+	done    chan struct{}
+	polls   int
+	missing []string
+	handles []string // distinct handles, in the order seen
+	last    string   // the last listing
+}
+
+var tableHandleRE = regexp.MustCompile(`(?m)^table inet \S+ \{ # handle (\d+)`)
+
+func pollTable(ns string) *tablePoller {
+	p := &tablePoller{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			out, err := harness.Output(ns, "nft", "-a", "list", "table", "inet", names.Table)
+			p.polls++
+			m := tableHandleRE.FindStringSubmatch(string(out))
+			if err != nil || m == nil {
+				p.missing = append(p.missing, fmt.Sprintf("%s: %v %q", time.Now().Format("15:04:05.000"), err, out))
+			} else {
+				p.last = string(out)
+				if len(p.handles) == 0 || p.handles[len(p.handles)-1] != m[1] {
+					p.handles = append(p.handles, m[1])
+				}
+			}
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return p
+}
+
+func (p *tablePoller) Stop() *tablePoller {
+	close(p.stop)
+	<-p.done
+	return p
+}
+
+// TestKernelFailover (`vmsummary: failover-kernel ok|FAIL`): the agent on the kernel backend,
+// pool of two kernel-WireGuard providers, traffic through the first; the first provider's
+// WireGuard link is deleted. The agent must fail over to the second server: status names
+// server 1 and is healthy, traffic and DNS (through the namespace's rewritten resolv.conf)
+// pass the second provider, whose resolver and echo log the client's tunnel address. During
+// the switch the host uplink carries nothing but WireGuard to the two endpoints (and ICMP
+// errors about it), no leak probe gets out, the decoys log nothing, and the kill switch
+// table is found in every back-to-back listing, replaced (new handle) by one allowing the
+// second server's resolver.
+func TestKernelFailover(t *testing.T) {
+	requireHarness(t)
+	t.Parallel()
+	ok := false
+	var detected, resumed time.Duration
+	t.Cleanup(func() {
+		if ok && !t.Failed() {
+			vmsummary("failover-kernel ok detect=%.1fs switch=%.1fs", detected.Seconds(), resumed.Seconds())
+		} else {
+			vmsummary("failover-kernel FAIL")
+		}
+	})
+
+	tp := newKernelTopo(t)
+	p2, tun2 := addKernelProvider2(t, tp)
+	pool := &harness.Pool{Topo: tp.Topo, P2: p2}
+	fileA, fileB := filepath.Join(tp.Dir, "a.conf"), filepath.Join(tp.Dir, "b.conf")
+	for path, s := range map[string]string{
+		fileA: testbed.WGQuick(tp.ClientKey, testbed.ClientTunnel4, testbed.ProvTunnel4, tp.ProvKey, harness.AP(testbed.Endpoint4, testbed.WGPort).String()),
+		fileB: testbed.WGQuick(p2.ClientKey, testbed.Client2Tunnel4, testbed.Prov2Tunnel4, p2.ProvKey, harness.AP(testbed.Endpoint2, testbed.WGPort).String()),
+	} {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := tp.Name(testbed.RoleConfined)
+	path := pool.PoolConfig(t, name, []string{fileA, fileB}, func(c *config.Config) { c.Backend = "kernel" })
+	ag := agentproc.Agent{Bin: agentBin, HostNS: tp.Host}
+	d := ag.Run(t, path)
+	iface := names.Tunnel(name)
+
+	status := func() (int, map[string]any) {
+		o := ag.Cmd("status", name, "--json") // exit 1 while degraded: still a JSON object
+		var m map[string]any
+		if err := json.Unmarshal([]byte(o.Stdout), &m); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, o)
+		}
+		return o.ExitCode(), m
+	}
+	echo := func(dst netip.Addr) probe.Result {
+		return probe.TCPEcho(name, harness.AP(dst, testbed.EchoPort), harness.Marker("failover"))
+	}
+	resolver := func() netip.Addr {
+		b, err := os.ReadFile(names.ResolvConf(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "nameserver" {
+				if a, err := netip.ParseAddr(f[1]); err == nil {
+					return a
+				}
+			}
+		}
+		t.Fatalf("no nameserver in the namespace's resolv.conf:\n%s", b)
+		return netip.Addr{}
+	}
+	// lookup asks the resolver the namespace's resolv.conf names, as a confined program would.
+	lookup := func() (netip.Addr, probe.Result) {
+		ns := resolver()
+		return ns, probe.DNS(name, harness.AP(ns, 53), "udp", testbed.TargetName, dnsmessage.TypeA)
+	}
+
+	// Before: kernel backend, server 0, traffic and DNS through the first provider.
+	if r := harness.Eventually(10*time.Second, func() probe.Result { return echo(testbed.ProvTunnel4) }); !r.Reached() {
+		rc, m := status()
+		diag := func(ns string, argv ...string) string {
+			out, err := harness.Output(ns, argv...)
+			return fmt.Sprintf("%s %v:\n%s", argv, err, out)
+		}
+		t.Fatalf("before: no traffic through the first provider: %v\nstatus %d %v\n%s%s%s%s\nagent:\n%s", r, rc, m,
+			diag(name, "ip", "route"), diag(name, "nft", "list", "table", "inet", names.Table), diag(name, "wg", "show"), diag(tp.Prov, "ss", "-ltn"), d.Output())
+	}
+	if ns, r := lookup(); ns != testbed.ProvTunnel4 || !r.Reached() {
+		t.Fatalf("before: resolv.conf names %s (want %s), lookup %v", ns, testbed.ProvTunnel4, r)
+	}
+	if rc, m := status(); rc != 0 || field(m, "backend") != "kernel" || field(m, "server", "index") != 0.0 || field(m, "server", "configFile") != fileA {
+		t.Fatalf("status before: rc %d backend %v server %v tunnel %v", rc, m["backend"], m["server"], m["tunnel"])
+	}
+	if det := tp.Exec(t, name, "ip", "-d", "link", "show", iface); !strings.Contains(det, "wireguard") {
+		t.Fatalf("the agent's tunnel is not kernel WireGuard:\n%s", det)
+	}
+	before := pollTable(name).Stop()
+	if len(before.handles) != 1 || !strings.Contains(before.last, testbed.ProvTunnel4.String()) {
+		t.Fatalf("positive control: the kill switch listing before the switch (handles %v) does not name the first resolver %s:\n%s\nmissing: %v",
+			before.handles, testbed.ProvTunnel4, before.last, before.missing)
+	}
+	mark2 := tun2.Mark()
+	decoyMark, _ := tp.DecoyControl(t)
+
+	// The switch, watched: the uplink capture, the table listings, leak probe rounds and a
+	// datagram stream into the tunnel (the kernel's tx grows while nothing comes back).
+	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
+	ctl := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
+	tables := pollTable(name)
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	var mu sync.Mutex
+	var leaks []probe.Result
+	rounds := 0
+	secret := harness.Marker("stream")
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			probe.UDPSend(name, harness.AP(testbed.ProvTunnel4, testbed.ControlPort), secret)
+		}
+	}()
+	go func() {
+		defer bg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			rs := vmLeakProbes(name)
+			mu.Lock()
+			for _, r := range rs {
+				if r.Reached() {
+					leaks = append(leaks, r)
+				}
+			}
+			rounds++
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(time.Second)
+	t0 := time.Now()
+	tp.Exec(t, tp.Prov, "ip", "link", "del", provWG) // the first provider's WireGuard dies
+	deadline := t0.Add(90 * time.Second)
+	for time.Now().Before(deadline) && resumed == 0 {
+		rc, m := status()
+		if detected == 0 && (rc != 0 || field(m, "tunnel", "recovery") != "healthy" || field(m, "server", "index") != 0.0) {
+			detected = time.Since(t0)
+		}
+		if field(m, "server", "index") == 1.0 {
+			if r := echo(testbed.Prov2Tunnel4); r.Reached() {
+				resumed = time.Since(t0)
+				break
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if resumed == 0 {
+		rc, m := status()
+		close(stop)
+		bg.Wait()
+		tables.Stop()
+		t.Fatalf("no failover within 90 s of the first provider's death (detected %v): status %d %v\nagent:\n%s", detected, rc, m, d.Output())
+	}
+	if detected == 0 {
+		detected = resumed
+	}
+	// Let the leak rounds and the table listings run on a little past the switch.
+	time.Sleep(2 * time.Second)
+	close(stop)
+	bg.Wait()
+	tables.Stop()
+	pkts := up.Stop()
+
+	// After: server 1, healthy, traffic and DNS through the second provider.
+	var rc int
+	var m map[string]any
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		if rc, m = status(); rc == 0 || time.Now().After(end) {
+			break
+		}
+	}
+	if rc != 0 || field(m, "tunnel", "recovery") != "healthy" || field(m, "server", "index") != 1.0 || field(m, "server", "configFile") != fileB ||
+		field(m, "server", "endpoint") != harness.AP(testbed.Endpoint2, testbed.WGPort).String() || field(m, "tunnel", "failovers") != 1.0 {
+		t.Errorf("status after the failover: rc %d (want 0), server %v, tunnel %v, problems %v\nagent:\n%s", rc, m["server"], m["tunnel"], m["problems"], d.Output())
+	}
+	if ns, r := lookup(); ns != testbed.Prov2Tunnel4 || !r.Reached() || !slices.Contains(r.Addrs, testbed.Prov2Tunnel4) {
+		t.Errorf("after: resolv.conf names %s (want %s), lookup %v answers %v (want %s from the second provider)", ns, testbed.Prov2Tunnel4, r, r.Addrs, testbed.Prov2Tunnel4)
+	}
+	hits := harness.Hits(t, tun2, mark2)
+	fromClient := func(kind string) bool {
+		return slices.ContainsFunc(hits, func(e provider.Event) bool {
+			return e.Kind == kind && harness.HostOf(e.Src) == testbed.Client2Tunnel4
+		})
+	}
+	if !fromClient(provider.EvDNS) || !fromClient(provider.EvTCP) {
+		t.Errorf("the second provider's resolver and echo did not both log the client's tunnel address %s:\n%s", testbed.Client2Tunnel4, harness.DumpEvents(hits))
+	}
+	if peers := wgField(t, tp.Topo, name, iface, "endpoints"); len(peers) != 1 || peers[0][1] != harness.AP(testbed.Endpoint2, testbed.WGPort).String() {
+		t.Errorf("the agent's device peers after the failover: %v, want one, at %s", peers, harness.AP(testbed.Endpoint2, testbed.WGPort))
+	}
+	if det := tp.Exec(t, name, "ip", "-d", "link", "show", iface); !strings.Contains(det, "wireguard") {
+		t.Errorf("after the failover the tunnel is not kernel WireGuard:\n%s", det)
+	}
+
+	// The kill switch: found in every listing, replaced by the second server's.
+	if len(tables.missing) > 0 {
+		t.Errorf("the kill switch table was missing in %d of %d listings during the switch:\n%s", len(tables.missing), tables.polls, strings.Join(tables.missing, "\n"))
+	}
+	if tables.polls < 20 {
+		t.Errorf("only %d table listings during the switch: proves too little", tables.polls)
+	}
+	if len(tables.handles) < 2 || tables.handles[0] != before.handles[0] {
+		t.Errorf("positive control: table handles during the switch %v (before %v): want the first, then a new one (replaced)", tables.handles, before.handles)
+	}
+	if !strings.Contains(tables.last, testbed.Prov2Tunnel4.String()) || strings.Contains(tables.last, testbed.ProvTunnel4.String()) {
+		t.Errorf("the kill switch after the failover does not name only the second resolver %s:\n%s", testbed.Prov2Tunnel4, tables.last)
+	}
+
+	// Nothing got out.
+	for _, r := range leaks {
+		t.Errorf("during the failover: LEAK: %v", r)
+	}
+	if rounds == 0 {
+		t.Error("no leak-probe round ran during the failover")
+	}
+	if ev := harness.Hits(t, tp.Decoy, decoyMark); len(ev) > 0 {
+		t.Errorf("LEAK: the decoys logged hits during the failover:\n%s", harness.DumpEvents(ev))
+	}
+	tunnelNet := netip.MustParsePrefix("198.19.0.0/16")
+	for _, pk := range pkts {
+		if tunnelNet.Contains(pk.Src) || tunnelNet.Contains(pk.Dst) || pk.SrcPort == 53 || pk.DstPort == 53 {
+			t.Errorf("LEAK: a tunnel address or DNS on the host uplink: %v", pk)
+		}
+	}
+	if slices.ContainsFunc(pkts, observe.Payload(secret)) {
+		t.Error("LEAK: the tunnelled stream in clear on the host uplink")
+	}
+	if bad := harness.Unexpected(pkts, observe.LinkNoise, harness.PoolWG, observe.Payload(ctl)); len(bad) > 0 {
+		t.Errorf("the host uplink carried more than WireGuard to the endpoints during the switch:\n%s", observe.Dump(bad))
+	}
+	host := netip.AddrPortFrom(testbed.HostUplink4, 0)
+	for _, ep := range []netip.Addr{testbed.Endpoint4, testbed.Endpoint2} {
+		if !slices.ContainsFunc(pkts, observe.UDP(host, harness.AP(ep, testbed.WGPort))) {
+			t.Errorf("positive control: no WireGuard to %s on the uplink during the switch:\n%s", ep, observe.Dump(pkts))
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	ok = true
+	t.Logf("FAILOVER (kernel): status left healthy %v, traffic through the second provider %v after the first's WireGuard died; "+
+		"%d table listings, handles %v, never missing; %d leak-probe rounds, 0 leaks; %d uplink packets, only WireGuard",
+		detected.Round(10*time.Millisecond), resumed.Round(10*time.Millisecond), tables.polls, tables.handles, rounds, len(pkts))
+}
+
+// field walks a decoded JSON object.
+func field(m map[string]any, path ...string) any {
+	var v any = m
+	for _, k := range path {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[k]
+	}
+	return v
+}
