@@ -88,7 +88,7 @@ func Targets(res *Result) []Target {
 			out = append(out, udTarget("up-median-ms", a.Up, sh, true, targetUpMs), udTarget("down-median-ms", a.Down, sh, false, targetDownMs))
 		}
 	}
-	return out
+	return append(out, failoverTargets(res.Failover)...)
 }
 
 func udTarget(name string, d Dist, shell *UDPath, up bool, limit float64) Target {
