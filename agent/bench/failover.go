@@ -140,6 +140,7 @@ func foTarget(name string, sc *FOScenario, d Dist, limit float64, unit, extra st
 			t.Detail += fmt.Sprintf("; max %.2f exceeds the limit", d.Max)
 		}
 	}
+	t.Detail += extra
 	if sc.Failed > 0 {
 		t.Detail += fmt.Sprintf("; %d sample(s) failed (no failover measured)", sc.Failed)
 	}
