@@ -37,6 +37,7 @@ const (
 type Failover struct {
 	Agent     string        `json:"agent"` // how the agent ran
 	Method    string        `json:"method"`
+	Topology  string        `json:"topologyId,omitempty"` // the pool's testbed ID (its namespaces' prefix)
 	Scenarios []*FOScenario `json:"scenarios"`
 	Skipped   string        `json:"skipped,omitempty"`
 }

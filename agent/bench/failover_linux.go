@@ -81,6 +81,7 @@ func (r *runner) failover(ctx context.Context) (*Failover, error) {
 		return f, fmt.Errorf("failover: %w", err)
 	}
 	defer lab.close()
+	f.Topology = lab.tp.ID
 	for _, name := range o.FailoverScenarios {
 		sc := &FOScenario{Name: name}
 		switch name {
