@@ -77,6 +77,8 @@ type FOSample struct {
 	EchoesBefore int    `json:"echoesBefore,omitempty"`
 	Attempts     int    `json:"attemptsDuringOutage,omitempty"`
 	Error        string `json:"error,omitempty"`
+	// AgentLog is the end of the agent's log of a failed sample.
+	AgentLog string `json:"agentLogTail,omitempty"`
 }
 
 // summarize fills a scenario's distributions from its good samples.

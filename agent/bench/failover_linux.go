@@ -131,15 +131,6 @@ func newFOLab(parent string, backend config.Backend, probe time.Duration, log *s
 	if l.p2, err = tp.AddProvider2(); err != nil {
 		return l, err
 	}
-	start := func(ns string) func(*exec.Cmd) error {
-		return func(cmd *exec.Cmd) error { return testbed.Start(ns, cmd) }
-	}
-	if l.provA, err = spawnPeer(start(tp.Prov), filepath.Join(l.dir, "provA.log"), tp.PoolProviderConfig("")); err != nil {
-		return l, fmt.Errorf("provider A: %w", err)
-	}
-	if l.provB, err = spawnPeer(start(l.p2.NS), filepath.Join(l.dir, "provB.log"), l.p2.Config("")); err != nil {
-		return l, fmt.Errorf("provider B: %w", err)
-	}
 	l.fileA, l.fileB = filepath.Join(l.dir, "a.conf"), filepath.Join(l.dir, "b.conf")
 	a := testbed.WGQuick(tp.ClientKey, testbed.ClientTunnel4, testbed.ProvTunnel4, tp.ProvKey, netip.AddrPortFrom(testbed.Endpoint4, testbed.WGPort).String())
 	b := testbed.WGQuick(l.p2.ClientKey, testbed.Client2Tunnel4, testbed.Prov2Tunnel4, l.p2.ProvKey, netip.AddrPortFrom(testbed.Endpoint2, testbed.WGPort).String())
@@ -151,14 +142,36 @@ func newFOLab(parent string, backend config.Backend, probe time.Duration, log *s
 	return l, nil
 }
 
-// close stops the providers and removes the topology (namespaces, links,
-// runtime files named after its ID) and the lab's files.
-func (l *foLab) close() {
+// startProviders starts both providers, fresh: a provider that kept the
+// previous sample's session did not answer the next agent's handshakes
+// (see BENCHMARKS.md, Failover), so every sample gets new processes.
+func (l *foLab) startProviders() (err error) {
+	l.stopProviders()
+	start := func(ns string) func(*exec.Cmd) error {
+		return func(cmd *exec.Cmd) error { return testbed.Start(ns, cmd) }
+	}
+	if l.provA, err = spawnPeer(start(l.tp.Prov), filepath.Join(l.dir, "provA.log"), l.tp.PoolProviderConfig("")); err != nil {
+		return fmt.Errorf("provider A: %w", err)
+	}
+	if l.provB, err = spawnPeer(start(l.p2.NS), filepath.Join(l.dir, "provB.log"), l.p2.Config("")); err != nil {
+		return fmt.Errorf("provider B: %w", err)
+	}
+	return nil
+}
+
+func (l *foLab) stopProviders() {
 	for _, p := range []*peerProc{l.provA, l.provB} {
 		if p != nil {
 			p.stop()
 		}
 	}
+	l.provA, l.provB = nil, nil
+}
+
+// close stops the providers and removes the topology (namespaces, links,
+// runtime files named after its ID) and the lab's files.
+func (l *foLab) close() {
+	l.stopProviders()
 	if err := l.tp.Close(); err != nil {
 		l.log.Warn("failover topology cleanup incomplete", "err", err)
 	}
@@ -240,10 +253,12 @@ func (a *agentProc) stop() error {
 }
 
 // tail is the end of the agent's log, for errors.
-func (a *agentProc) tail() string {
+func (a *agentProc) tail() string { return a.tailN(300) }
+
+func (a *agentProc) tailN(n int) string {
 	b, _ := os.ReadFile(a.log)
-	if len(b) > 600 {
-		b = b[len(b)-600:]
+	if len(b) > n {
+		b = b[len(b)-n:]
 	}
 	return string(bytes.TrimSpace(b))
 }
@@ -341,6 +356,9 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 		return s, err
 	}
 	l.tp.UnblockWG() // a previous sample's block, if any (absent is fine)
+	if err := l.startProviders(); err != nil {
+		return s, err
+	}
 	ag, err := l.startAgent(cfg, filepath.Join(l.dir, fmt.Sprintf("agent-%s-%d.log", sc.Name, round+1)))
 	if err != nil {
 		return s, err
@@ -362,6 +380,9 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 			if _, serr := os.Stat(names.Netns(l.name)); serr == nil {
 				fatal = err // the namespace is still there: the next agent cannot start
 			}
+		}
+		if s.Error != "" {
+			s.AgentLog = ag.tailN(4000)
 		}
 	}()
 	// Ready: the namespace exists, a TCP echo passes through server A and
