@@ -82,6 +82,7 @@ func (r *runner) failover(ctx context.Context) (*Failover, error) {
 	}
 	defer lab.close()
 	f.Topology = lab.tp.ID
+	o.Log.Info("failover topology", "id", lab.tp.ID, "scenarios", o.FailoverScenarios, "samples", o.FailoverSamples)
 	for _, name := range o.FailoverScenarios {
 		sc := &FOScenario{Name: name}
 		switch name {
