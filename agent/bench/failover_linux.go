@@ -144,8 +144,9 @@ func newFOLab(parent string, backend config.Backend, probe time.Duration, log *s
 }
 
 // startProviders starts both providers, fresh: a provider that kept the
-// previous sample's session did not answer the next agent's handshakes
-// (see BENCHMARKS.md, Failover), so every sample gets new processes.
+// previous agent's session sometimes never answered the next agent's
+// handshakes (see BENCHMARKS.md, Failover), so every sample gets new
+// processes.
 func (l *foLab) startProviders() (err error) {
 	l.stopProviders()
 	start := func(ns string) func(*exec.Cmd) error {
