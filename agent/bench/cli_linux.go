@@ -43,7 +43,7 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 	o := Options{
 		Profile: *f.profile, Backend: config.Backend(*f.backend), Samples: *f.samples,
 		Omit: time.Duration(*f.omit) * time.Second, Out: *f.outPath, SVG: *f.svgPath,
-		UpDownCycles: *f.cycles, Shaping: *f.shaping, Pace: *f.pace, Progress: stderr,
+		UpDownCycles: *f.cycles, FailoverSamples: *f.foSamples, Shaping: *f.shaping, Pace: *f.pace, Progress: stderr,
 		Log: newLogger(stderr, *f.level, *f.format),
 	}
 	var err error
@@ -56,6 +56,14 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 		if o.Duration, err = parseSeconds(*f.duration); err != nil {
 			return o, err
 		}
+	}
+	if *f.foProbe != "" {
+		if o.FailoverProbe, err = parseSeconds(*f.foProbe); err != nil {
+			return o, fmt.Errorf("--failover-probe: %q is not a duration (e.g. 2s)", *f.foProbe)
+		}
+	}
+	if *f.foScenarios != "" {
+		o.FailoverScenarios = strings.Split(*f.foScenarios, ",")
 	}
 	if *f.workloads != "" {
 		o.Workloads = strings.Split(*f.workloads, ",")

@@ -42,27 +42,31 @@ type cliFlags struct {
 	level, format                              *string
 	profile, backend, modes, duration          *string
 	outPath, svgPath, workloads, pace, shaping *string
-	samples, omit, cycles                      *int
+	foScenarios, foProbe                       *string
+	samples, omit, cycles, foSamples           *int
 }
 
 func newFlags() *cliFlags {
 	fs := flag.NewFlagSet("vpn-bench", flag.ContinueOnError)
 	return &cliFlags{
-		fs:        fs,
-		level:     fs.String("log-level", "info", "log level: debug, info, warn, error"),
-		format:    fs.String("log-format", "text", "log format: text or json"),
-		profile:   fs.String("profile", "quick", "quick (3 samples x 3 s) or sustained (3 x 30 s, 32 TCP streams)"),
-		backend:   fs.String("backend", "auto", "WireGuard backend: auto, kernel or userspace"),
-		modes:     fs.String("modes", "", "comma-separated: direct,tunnel,tunnel+policy[,tunnel-again][,reference] (default: direct, tunnel, tunnel+policy and, when available, reference; tunnel-again measures tunnel twice, an A/A control)"),
-		samples:   fs.Int("samples", 0, "samples (rounds) per workload and mode (default: the profile's)"),
-		duration:  fs.String("duration", "", "measured seconds per sample, e.g. 3s or 3 (default: the profile's)"),
-		omit:      fs.Int("omit", -1, "iperf3 warm-up seconds omitted (-O) (default: the profile's)"),
-		outPath:   fs.String("out", "benchmark.json", "result JSON path"),
-		svgPath:   fs.String("svg", "", "chart path (default: the JSON path with .svg)"),
-		workloads: fs.String("workloads", "", "comma-separated subset of workloads (e.g. tcp1-up,rr64,updown); default all"),
-		cycles:    fs.Int("updown-cycles", 0, "up/down cycles per round and path (default 10)"),
-		pace:      fs.String("pace", "", "also run 1-stream TCP paced at this rate (iperf3 -b, e.g. 800M), below the ceiling, where CPU-seconds per GB compare the modes at equal throughput"),
-		shaping:   fs.String("shaping", "auto", "netem shaped-link scenarios: auto (when sch_netem exists) or off"),
+		fs:          fs,
+		level:       fs.String("log-level", "info", "log level: debug, info, warn, error"),
+		format:      fs.String("log-format", "text", "log format: text or json"),
+		profile:     fs.String("profile", "quick", "quick (3 samples x 3 s) or sustained (3 x 30 s, 32 TCP streams)"),
+		backend:     fs.String("backend", "auto", "WireGuard backend: auto, kernel or userspace"),
+		modes:       fs.String("modes", "", "comma-separated: direct,tunnel,tunnel+policy[,tunnel-again][,reference] (default: direct, tunnel, tunnel+policy and, when available, reference; tunnel-again measures tunnel twice, an A/A control)"),
+		samples:     fs.Int("samples", 0, "samples (rounds) per workload and mode (default: the profile's)"),
+		duration:    fs.String("duration", "", "measured seconds per sample, e.g. 3s or 3 (default: the profile's)"),
+		omit:        fs.Int("omit", -1, "iperf3 warm-up seconds omitted (-O) (default: the profile's)"),
+		outPath:     fs.String("out", "benchmark.json", "result JSON path"),
+		svgPath:     fs.String("svg", "", "chart path (default: the JSON path with .svg)"),
+		workloads:   fs.String("workloads", "", "comma-separated subset of workloads (e.g. tcp1-up,rr64,updown,failover); default all"),
+		cycles:      fs.Int("updown-cycles", 0, "up/down cycles per round and path (default 10)"),
+		pace:        fs.String("pace", "", "also run 1-stream TCP paced at this rate (iperf3 -b, e.g. 800M), below the ceiling, where CPU-seconds per GB compare the modes at equal throughput"),
+		foSamples:   fs.Int("failover-samples", 0, "failovers per failover scenario (default: quick 3, sustained 7)"),
+		foScenarios: fs.String("failover-scenarios", "", "comma-separated failover scenarios: traffic (a stream, WireGuard's timers decide), probe (health.probe, no traffic) (default both)"),
+		foProbe:     fs.String("failover-probe", "2s", "health.probe interval in the probe scenario (whole seconds, >= 1s)"),
+		shaping:     fs.String("shaping", "auto", "netem shaped-link scenarios: auto (when sch_netem exists) or off"),
 	}
 }
 

@@ -91,6 +91,10 @@ func settingsOf(o *Options) Settings {
 	if len(o.Workloads) == 0 || contains(o.Workloads, UpDownWorkload) {
 		s.Workloads = append(s.Workloads, UpDownWorkload)
 	}
+	if o.runsFailover() {
+		s.Workloads = append(s.Workloads, FailoverWorkload)
+		s.FailoverSamples, s.FailoverProbeSec = o.FailoverSamples, o.FailoverProbe.Seconds()
+	}
 	return s
 }
 

@@ -31,8 +31,15 @@ type Options struct {
 	PingInterval time.Duration // prober interval during loads
 	Workloads    []string      // nil: all (names as in Workloads, plus "updown")
 	UpDownCycles int           // up/down cycles per round and path
-	Shaping      string        // "auto": netem scenarios if available; "off"
-	MTU          int           // tunnel MTU
+	// FailoverSamples: failovers per scenario (0: the profile's).
+	FailoverSamples int
+	// FailoverScenarios: nil: all (FailoverScenarios).
+	FailoverScenarios []string
+	// FailoverProbe is health.probe's interval in the probe scenario
+	// (0: 2s).
+	FailoverProbe time.Duration
+	Shaping       string // "auto": netem scenarios if available; "off"
+	MTU           int    // tunnel MTU
 
 	Out string // benchmark.json path
 	SVG string // chart path ("" : next to Out as benchmark.svg)
@@ -50,13 +57,14 @@ type profile struct {
 	duration time.Duration
 	omit     time.Duration
 	streams  []int
+	failover int // failovers per scenario
 }
 
 var profiles = map[string]profile{
 	// quick matches .#vpn-benchmark: 3 samples of 3 s.
-	"quick": {3, 3 * time.Second, 1 * time.Second, []int{1, 4}},
+	"quick": {3, 3 * time.Second, 1 * time.Second, []int{1, 4}, 3},
 	// sustained matches .#vpn-benchmark-sustained: 30 s samples, 32 streams.
-	"sustained": {3, 30 * time.Second, 2 * time.Second, []int{1, 32}},
+	"sustained": {3, 30 * time.Second, 2 * time.Second, []int{1, 32}, 7},
 }
 
 // Normalize validates o, applies the profile's defaults and finds the
@@ -116,6 +124,26 @@ func (o *Options) Normalize() error {
 	if o.UpDownCycles == 0 {
 		o.UpDownCycles = 10
 	}
+	if o.FailoverSamples == 0 {
+		o.FailoverSamples = p.failover
+	}
+	if o.FailoverSamples < 1 || o.FailoverSamples > 100 {
+		return fmt.Errorf("--failover-samples: %d is out of range (1–100)", o.FailoverSamples)
+	}
+	if o.FailoverProbe == 0 {
+		o.FailoverProbe = 2 * time.Second
+	}
+	if o.FailoverProbe < time.Second || o.FailoverProbe%time.Second != 0 {
+		return fmt.Errorf("--failover-probe: %s must be whole seconds, at least 1s (health.probe's minimum)", o.FailoverProbe)
+	}
+	for _, sc := range o.FailoverScenarios {
+		if !slices.Contains(FailoverScenarios, sc) {
+			return fmt.Errorf("--failover-scenarios: unknown scenario %q (use %s)", sc, strings.Join(FailoverScenarios, ", "))
+		}
+	}
+	if o.FailoverScenarios == nil {
+		o.FailoverScenarios = FailoverScenarios
+	}
 	if o.Shaping == "" {
 		o.Shaping = "auto"
 	}
@@ -162,6 +190,11 @@ func (o *Options) findTools() error {
 		return fmt.Errorf("--modes: reference needs the stock wireguard-go and wg on PATH")
 	}
 	return nil
+}
+
+// runsFailover reports whether the failover workload is measured.
+func (o *Options) runsFailover() bool {
+	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, FailoverWorkload)
 }
 
 // HasMode reports whether m is measured.

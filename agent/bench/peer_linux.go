@@ -29,6 +29,9 @@ const RolePeer = "peer"
 
 // RunRole runs a helper role and returns the process exit code.
 func RunRole(role string, in io.Reader, out io.Writer) int {
+	if role == RoleAgent {
+		return runAgentRole()
+	}
 	if role != RolePeer {
 		fmt.Fprintf(os.Stderr, "vpn-bench: unknown helper role %q\n", role)
 		return 2
@@ -112,7 +115,20 @@ func (t *topo) startPeer(kernel bool, mtu int) (*peerProc, error) {
 		}
 		return &peerProc{kind: "kernel WireGuard link"}, err
 	}
-	logf, err := os.Create(filepath.Join(t.Dir, "peer.log"))
+	p, err := spawnPeer(func(cmd *exec.Cmd) error { return t.prov.Do(cmd.Start) }, filepath.Join(t.Dir, "peer.log"), c)
+	if err != nil {
+		return nil, err
+	}
+	p.kind = "userspace wireguard-go (embedded, helper process)"
+	t.onClose(p.stop)
+	return p, nil
+}
+
+// spawnPeer starts a provider as the bench's helper process (RolePeer),
+// with start (which picks its namespace), its stderr in logPath, and
+// waits until it is ready. On error nothing is left running.
+func spawnPeer(start func(*exec.Cmd) error, logPath string, c *provider.Config) (*peerProc, error) {
+	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("peer log: %w", err)
 	}
@@ -129,12 +145,12 @@ func (t *topo) startPeer(kernel bool, mtu int) (*peerProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := t.prov.Do(cmd.Start); err != nil {
+	if err := start(cmd); err != nil {
 		return nil, fmt.Errorf("start peer process: %w", err)
 	}
-	p := &peerProc{kind: "userspace wireguard-go (embedded, helper process)", pid: cmd.Process.Pid, stdin: stdin, cmd: cmd}
-	t.onClose(p.stop)
+	p := &peerProc{kind: "userspace wireguard-go (helper process)", pid: cmd.Process.Pid, stdin: stdin, cmd: cmd}
 	if err := json.NewEncoder(stdin).Encode(c); err != nil {
+		p.stop()
 		return nil, fmt.Errorf("configure peer process: %w", err)
 	}
 	ready := make(chan error, 1)
@@ -148,10 +164,12 @@ func (t *topo) startPeer(kernel bool, mtu int) (*peerProc, error) {
 	select {
 	case err := <-ready:
 		if err != nil {
-			log, _ := os.ReadFile(filepath.Join(t.Dir, "peer.log"))
+			p.stop()
+			log, _ := os.ReadFile(logPath)
 			return nil, fmt.Errorf("peer process: %v: %s", err, strings.TrimSpace(string(log)))
 		}
 	case <-time.After(10 * time.Second):
+		p.stop()
 		return nil, errors.New("peer process: not ready after 10s")
 	}
 	return p, nil

@@ -54,6 +54,14 @@ func PrintSummary(w io.Writer, res *Result) {
 	fmt.Fprintf(w, "profile %s: %d samples x %ds (+%ds warm-up omitted), modes %v\n\n",
 		res.Settings.Profile, res.Settings.Samples, res.Settings.DurationSec, res.Settings.OmitSec, res.Settings.Modes)
 	modes := res.Settings.Modes
+	if len(res.Summary) > 0 {
+		printTable(w, res, modes)
+	}
+	printRest(w, res)
+}
+
+// printTable prints the per-workload table.
+func printTable(w io.Writer, res *Result, modes []Mode) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "workload\tmetric\tunit")
 	for _, m := range modes {
@@ -83,8 +91,14 @@ func PrintSummary(w io.Writer, res *Result) {
 		}
 	}
 	tw.Flush()
+}
+
+// printRest prints what follows the table: paired comparisons, up/down,
+// failover, targets and notes.
+func printRest(w io.Writer, res *Result) {
 	printPaired(w, res.Paired)
 	printUpDown(w, res.UpDown)
+	printFailover(w, res.Failover)
 	fmt.Fprintln(w, "\ntargets:")
 	for _, t := range res.Targets {
 		mark := "MET   "

@@ -22,9 +22,11 @@ type Result struct {
 	Topology Topology    `json:"topology"`
 	Shaping  ShapingInfo `json:"shaping"`
 
-	Samples []Sample  `json:"samples"`
-	UpDown  *UpDown   `json:"upDown,omitempty"`
-	Modes   []ModeEnd `json:"modes"` // per mode: nft counters captured after the mode's last sample
+	Samples []Sample `json:"samples"`
+	UpDown  *UpDown  `json:"upDown,omitempty"`
+	// Failover times the agent's failover across a pool of two servers.
+	Failover *Failover `json:"failover,omitempty"`
+	Modes    []ModeEnd `json:"modes"` // per mode: nft counters captured after the mode's last sample
 
 	Summary []Summary `json:"summary"`
 	Paired  []Paired  `json:"paired"`
@@ -52,23 +54,25 @@ type HostInfo struct {
 
 // Settings are the run parameters after profile defaults.
 type Settings struct {
-	Profile         string   `json:"profile"`
-	Modes           []Mode   `json:"modes"`
-	Samples         int      `json:"samples"`
-	DurationSec     int      `json:"durationSec"`
-	OmitSec         int      `json:"omitSec"`
-	Streams         []int    `json:"streams"`
-	UDPRate         string   `json:"udpRate"`
-	TCPPace         string   `json:"tcpPace,omitempty"` // iperf3 -b of the paced TCP workloads
-	UDPLen          int      `json:"udpLen"`
-	PingIntervalMs  float64  `json:"pingIntervalMs"`
-	UpDownCycles    int      `json:"upDownCycles"`
-	Workloads       []string `json:"workloads"`
-	TunnelMTU       int      `json:"tunnelMtu"`
-	ClockTicksPerS  int      `json:"procStatTicksPerSec"`
-	FreshIperf3Srv  bool     `json:"freshIperf3ServerPerSample"`
-	ProberKind      string   `json:"prober"`
-	RequestResponse string   `json:"requestResponse"`
+	Profile          string   `json:"profile"`
+	Modes            []Mode   `json:"modes"`
+	Samples          int      `json:"samples"`
+	DurationSec      int      `json:"durationSec"`
+	OmitSec          int      `json:"omitSec"`
+	Streams          []int    `json:"streams"`
+	UDPRate          string   `json:"udpRate"`
+	TCPPace          string   `json:"tcpPace,omitempty"` // iperf3 -b of the paced TCP workloads
+	UDPLen           int      `json:"udpLen"`
+	PingIntervalMs   float64  `json:"pingIntervalMs"`
+	UpDownCycles     int      `json:"upDownCycles"`
+	FailoverSamples  int      `json:"failoverSamples,omitempty"`
+	FailoverProbeSec float64  `json:"failoverProbeIntervalSec,omitempty"`
+	Workloads        []string `json:"workloads"`
+	TunnelMTU        int      `json:"tunnelMtu"`
+	ClockTicksPerS   int      `json:"procStatTicksPerSec"`
+	FreshIperf3Srv   bool     `json:"freshIperf3ServerPerSample"`
+	ProberKind       string   `json:"prober"`
+	RequestResponse  string   `json:"requestResponse"`
 }
 
 // Topology records the namespaces and the interfaces' diagnostics

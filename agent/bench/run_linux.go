@@ -139,7 +139,7 @@ func (r *runner) waitReady(ctx context.Context) error {
 }
 
 // measure runs every workload (ABBA over the modes), the shaped
-// scenarios if netem exists, and the up/down timing.
+// scenarios if netem exists, the up/down timing and the failover timing.
 func (r *runner) measure(ctx context.Context) error {
 	o := r.o
 	wls, err := FilterWorkloads(Workloads(o.Streams, o.Pace), o.Workloads)
@@ -164,6 +164,13 @@ func (r *runner) measure(ctx context.Context) error {
 	if len(o.Workloads) == 0 || slices.Contains(o.Workloads, UpDownWorkload) {
 		ud, err := r.upDown(ctx)
 		r.res.UpDown = ud
+		if err != nil {
+			return err
+		}
+	}
+	if o.runsFailover() {
+		fo, err := r.failover(ctx)
+		r.res.Failover = fo
 		if err != nil {
 			return err
 		}

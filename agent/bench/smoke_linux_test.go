@@ -160,3 +160,50 @@ func BenchmarkEngineUpDown(b *testing.B) {
 		b.ReportMetric(Median(v), k+"-ms")
 	}
 }
+
+// TestSmokeFailover runs the failover workload once, in its shortest
+// form: the probe scenario at a 1 s interval (the traffic scenario waits
+// for WireGuard's timers, about 16 s to detection, too long for a smoke
+// test). It checks that the agent failed over to the second server and
+// that nothing is left over.
+func TestSmokeFailover(t *testing.T) {
+	needRoot(t)
+	if testing.Short() {
+		t.Skip("real bench run skipped in -short mode")
+	}
+	dir := t.TempDir()
+	o := Options{
+		Samples: 1, Duration: time.Second, Omit: 0, Modes: []Mode{ModeTunnel},
+		Workloads: []string{FailoverWorkload}, FailoverSamples: 1,
+		FailoverScenarios: []string{FOProbe}, FailoverProbe: time.Second,
+		Backend: config.BackendUserspace, Shaping: "off",
+		Out: filepath.Join(dir, "benchmark.json"), SVG: filepath.Join(dir, "benchmark.svg"),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	f := res.Failover
+	if f == nil || len(f.Scenarios) != 1 || f.Topology == "" {
+		t.Fatalf("failover: %+v", f)
+	}
+	for _, id := range []string{res.Topology.ID, f.Topology} {
+		if left, _ := filepath.Glob(filepath.Join(names.NetnsDir, id+"*")); len(left) > 0 {
+			t.Errorf("namespaces left behind: %v", left)
+		}
+	}
+	sc := f.Scenarios[0]
+	if sc.Name != FOProbe || len(sc.Samples) != 1 || sc.Failed != 0 {
+		t.Fatalf("scenario %+v", sc)
+	}
+	s := sc.Samples[0]
+	if s.ServerAfter != 1 || s.DetectSec <= 0 || s.ResumeSec < s.DetectSec || s.Failovers < 1 {
+		t.Errorf("sample %+v", s)
+	}
+	if _, ok := targetByName(res.Targets, "failover-probe-detect-intervals"); !ok {
+		t.Errorf("no failover target in %+v", res.Targets)
+	}
+	t.Logf("failover (probe 1s x %d): detected %.2f s, traffic through the second server %.2f s", sc.ProbeFailures, s.DetectSec, s.ResumeSec)
+}

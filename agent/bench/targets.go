@@ -88,7 +88,7 @@ func Targets(res *Result) []Target {
 			out = append(out, udTarget("up-median-ms", a.Up, sh, true, targetUpMs), udTarget("down-median-ms", a.Down, sh, false, targetDownMs))
 		}
 	}
-	return out
+	return append(out, failoverTargets(res.Failover)...)
 }
 
 func udTarget(name string, d Dist, shell *UDPath, up bool, limit float64) Target {
@@ -126,6 +126,9 @@ func notes(res *Result) []string {
 	}
 	if c, total := contended(res.Samples); c > 0 {
 		n = append(n, fmt.Sprintf("%d of %d samples shared the CPUs with foreign work (machine CPU outside the bench's processes above a quarter of a CPU, cpu.otherSec): their whole-machine CPU figures, and probably their throughput, are disturbed.", c, total))
+	}
+	if res.Failover != nil {
+		n = append(n, "Failover: times from the death of the active server (its WireGuard UDP dropped) on a local pool of two userspace providers; they are set by the agent's timers (WireGuard's, the probe's, the 1 s check interval), not by throughput, so the machine's load moves them little. Resolution: state polled every 50 ms; the traffic stream's echoes take up to 250 ms each, one per 100 ms. Only the traffic scenario's stream and the probe are traffic: a real service's traffic pattern changes when WireGuard's timers fire.")
 	}
 	n = append(n, pacedNotes(res)...)
 	if !res.Shaping.Available {

@@ -129,14 +129,15 @@ func loadName(proto string, streams int, reverse bool) string {
 }
 
 // FilterWorkloads keeps the named workloads (all if names is empty);
-// unknown names are an error. UpDownWorkload is accepted and ignored here.
+// unknown names are an error. UpDownWorkload and FailoverWorkload are
+// accepted and ignored here.
 func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
 	if len(names) == 0 {
 		return all, nil
 	}
 	var out []Workload
 	for _, n := range names {
-		if n == UpDownWorkload {
+		if n == UpDownWorkload || n == FailoverWorkload {
 			continue
 		}
 		i := slices.IndexFunc(all, func(w Workload) bool { return w.Name == n })
@@ -149,7 +150,7 @@ func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
 			if strings.HasSuffix(n, PacedSuffix) {
 				hint = "; the paced workloads need --pace, e.g. --pace 800M"
 			}
-			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s)%s", n, strings.Join(known, ", "), UpDownWorkload, hint)
+			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s, %s)%s", n, strings.Join(known, ", "), UpDownWorkload, FailoverWorkload, hint)
 		}
 		out = append(out, all[i])
 	}

@@ -13,6 +13,12 @@
 # is whole-guest CPU from /proc/stat (it includes the local peer and the test
 # overhead). One short run is no throughput guarantee.
 #
+# The failover workload (issue 13) is one of the default workloads, so both
+# profiles run it: a pool of two local providers (userspace helper
+# processes), `vpn-agent run` (vpn-bench re-executed as the agent's CLI,
+# kernel backend here) as its own process, the active provider's WireGuard
+# dropped; 3 failovers per scenario (quick) or 7 (sustained).
+#
 # Result: $out/benchmark.json (and $out/bench.log).
 {
   pkgs,
