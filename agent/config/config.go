@@ -58,6 +58,9 @@ type Probe struct {
 	// Interval between probes, e.g. "30s" (default 30s; 1s–1h).
 	Interval string `json:"interval,omitempty"`
 	// Failures in a row that make the tunnel dead (default 3; 1–100).
+	// After a failure the next probes run back to back, each bounded by
+	// half the interval (at most 10 s), so a dead tunnel is judged within
+	// Failures such timeouts of its first failed probe.
 	Failures int `json:"failures,omitempty"`
 }
 

@@ -100,8 +100,10 @@ func newFailover(eng *engine.Engine, inst *engine.Instance, out *Liveness, log *
 	return f
 }
 
-// probeTimeout is below the interval, so probes never overlap.
-func probeTimeout(iv time.Duration) time.Duration { return min(iv*3/4, 10*time.Second) }
+// probeTimeout is half the interval (at most 10 s): probes never overlap,
+// and the confirming probes after a failure (run back to back) make a
+// verdict within Failures timeouts of the first one.
+func probeTimeout(iv time.Duration) time.Duration { return min(iv/2, 10*time.Second) }
 
 // tick runs one round: drift, a sample, maybe a probe, the verdict and
 // the recovery.
@@ -117,14 +119,22 @@ func (f *failover) tick(ctx context.Context) {
 	if d, err := f.eng.Device(f.inst); err == nil {
 		f.judge.Observe(sampleOf(d, f.inst.Spec, now))
 	}
-	if f.probe != nil && !f.inFlight && !now.Before(f.nextProbe) {
-		f.inFlight, f.nextProbe = true, now.Add(f.probe.Interval)
-		gen, name, target, to := f.gen, f.inst.Spec.Name, f.probe.Target, probeTimeout(f.probe.Interval)
-		go func() {
-			f.results <- probeResult{gen, liveness.Probe(ctx, name, target, to)}
-		}()
+	if f.probe != nil && !now.Before(f.nextProbe) {
+		f.startProbe(ctx, now)
 	}
 	f.decide(ctx, now)
+}
+
+// startProbe runs one probe in the namespace, unless one is in flight.
+func (f *failover) startProbe(ctx context.Context, now time.Time) {
+	if f.inFlight {
+		return
+	}
+	f.inFlight, f.nextProbe = true, now.Add(f.probe.Interval)
+	gen, name, target, to := f.gen, f.inst.Spec.Name, f.probe.Target, probeTimeout(f.probe.Interval)
+	go func() {
+		f.results <- probeResult{gen, liveness.Probe(ctx, name, target, to)}
+	}()
 }
 
 // probed takes a probe result.
@@ -140,7 +150,14 @@ func (f *failover) probed(ctx context.Context, r probeResult) {
 	} else {
 		f.judge.Probe(true, "")
 	}
-	f.decide(ctx, f.now())
+	now := f.now()
+	f.decide(ctx, now)
+	if r.err != nil && f.gen == r.gen && f.judge.ProbeFailures() > 0 {
+		// Confirm at once: the next probes run back to back, so a dead
+		// tunnel is judged within Failures timeouts of the first failure,
+		// not Failures intervals.
+		f.startProbe(ctx, now)
+	}
 }
 
 func (f *failover) decide(ctx context.Context, now time.Time) {
