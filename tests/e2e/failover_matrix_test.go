@@ -60,7 +60,7 @@ func (mx *matrix) runPool(t *testing.T) {
 			if degraded == 0 && !healthy && code == 1 && strings.Contains(fmt.Sprint(st["problems"]), "tunnel dead") {
 				degraded = time.Since(died)
 			}
-			if degraded != 0 && healthy && code == 0 && field(st, "server", "index") == 1.0 {
+			if degraded != 0 && healthy && code == 0 && harness.JSONField(st, "server", "index") == 1.0 {
 				switched = time.Since(died)
 				break
 			}
@@ -120,7 +120,7 @@ func (mx *matrix) runPool(t *testing.T) {
 		var code int
 		for time.Since(died) < 120*time.Second {
 			_, code, st, _ = s.statusOf()
-			if code == 1 && field(st, "tunnel", "recovery") == "every server dead" && strings.Contains(fmt.Sprint(st["problems"]), "every server of the pool is dead") {
+			if code == 1 && harness.JSONField(st, "tunnel", "recovery") == "every server dead" && strings.Contains(fmt.Sprint(st["problems"]), "every server of the pool is dead") {
 				allDead = time.Since(died)
 				break
 			}

@@ -67,18 +67,6 @@ func (s *poolSite) status(t *testing.T) (int, map[string]any) {
 	return o.ExitCode(), m
 }
 
-func field(m map[string]any, path ...string) any {
-	var v any = m
-	for _, k := range path {
-		mm, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = mm[k]
-	}
-	return v
-}
-
 // echo is one TCP echo through the tunnel to the pool's probe address
 // (answered by whichever provider is active).
 func (s *poolSite) echo() probe.Result {
@@ -189,7 +177,7 @@ func (s *poolSite) watch(t *testing.T, t0 time.Time, timeout time.Duration, traf
 	deadline := t0.Add(timeout)
 	for time.Now().Before(deadline) && (tl.detected == 0 || tl.resumed == 0) {
 		if tl.detected == 0 {
-			if rc, m := s.status(t); rc != 0 || field(m, "tunnel", "recovery") != "healthy" || field(m, "server", "index") != 0.0 {
+			if rc, m := s.status(t); rc != 0 || harness.JSONField(m, "tunnel", "recovery") != "healthy" || harness.JSONField(m, "server", "index") != 0.0 {
 				tl.detected = time.Since(t0)
 			}
 		}
@@ -264,7 +252,7 @@ func TestFailoverUnderTraffic(t *testing.T) {
 	if got := readFile(t, mounted); !strings.Contains(got, "nameserver "+testbed.ProvTunnel4.String()) {
 		t.Fatalf("positive control: the bind mount shows %q, not the first server's resolver", got)
 	}
-	if rc, m := s.status(t); rc != 0 || field(m, "server", "index") != 0.0 || field(m, "server", "configFile") != s.FileA {
+	if rc, m := s.status(t); rc != 0 || harness.JSONField(m, "server", "index") != 0.0 || harness.JSONField(m, "server", "configFile") != s.FileA {
 		t.Fatalf("status before: rc %d server %v", rc, m["server"])
 	}
 	check := s.capture(t)
@@ -307,8 +295,8 @@ func TestFailoverUnderTraffic(t *testing.T) {
 		t.Errorf("the bind mount of resolv.conf shows %q after the failover, want only the second server's resolver", got)
 	}
 	rc, m := s.healthyStatus(t, 5*time.Second)
-	if rc != 0 || field(m, "server", "index") != 1.0 || field(m, "server", "configFile") != s.FileB ||
-		field(m, "server", "endpoint") != harness.AP(testbed.Endpoint2, testbed.WGPort).String() || field(m, "tunnel", "failovers") != 1.0 {
+	if rc != 0 || harness.JSONField(m, "server", "index") != 1.0 || harness.JSONField(m, "server", "configFile") != s.FileB ||
+		harness.JSONField(m, "server", "endpoint") != harness.AP(testbed.Endpoint2, testbed.WGPort).String() || harness.JSONField(m, "tunnel", "failovers") != 1.0 {
 		t.Errorf("status after the failover: rc %d (want 0: a fallback server is healthy), server %v, tunnel %v, problems %v\nagent:\n%s", rc, m["server"], m["tunnel"], m["problems"], s.d.Output())
 	}
 	t.Logf("FAILOVER under traffic: detected %v, traffic through the second server %v after the provider died; %d leak-probe rounds, 0 leaks",
@@ -348,13 +336,13 @@ func TestFailoverEveryServerDead(t *testing.T) {
 	var rc int
 	var m map[string]any
 	for time.Now().Before(deadline) {
-		if rc, m = s.status(t); field(m, "tunnel", "recovery") == "every server dead" {
+		if rc, m = s.status(t); harness.JSONField(m, "tunnel", "recovery") == "every server dead" {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	probs, _ := json.Marshal(m["problems"])
-	if rc != 1 || field(m, "tunnel", "recovery") != "every server dead" || !strings.Contains(string(probs), "every server of the pool is dead") {
+	if rc != 1 || harness.JSONField(m, "tunnel", "recovery") != "every server dead" || !strings.Contains(string(probs), "every server of the pool is dead") {
 		t.Fatalf("status with every server dead: rc %d, tunnel %v, problems %s\nagent:\n%s", rc, m["tunnel"], probs, s.d.Output())
 	}
 	for _, r := range leakProbes(s.name) {
@@ -380,7 +368,7 @@ func TestFailoverEveryServerDead(t *testing.T) {
 		t.Fatalf("the provider came back but the tunnel did not: %v\nagent:\n%s\nsecond provider's last events:\n%s\nits device:\n%s", r, s.d.Output(), harness.DumpEvents(ev), wg)
 	}
 	s.mustWork(t, 5*time.Second, 1, "after the provider came back")
-	if rc, m := s.healthyStatus(t, 5*time.Second); rc != 0 || field(m, "tunnel", "recovery") != "healthy" {
+	if rc, m := s.healthyStatus(t, 5*time.Second); rc != 0 || harness.JSONField(m, "tunnel", "recovery") != "healthy" {
 		t.Errorf("status after the provider came back: rc %d tunnel %v problems %v", rc, m["tunnel"], m["problems"])
 	}
 	t.Logf("every server dead: traffic back %v after a provider returned", time.Since(t0).Round(10*time.Millisecond))
@@ -575,12 +563,12 @@ func TestFailoverThenIdle(t *testing.T) {
 	var rc int
 	var m map[string]any
 	for time.Now().Before(deadline) {
-		if rc, m = s.status(t); rc == 0 && field(m, "server", "index") == 1.0 {
+		if rc, m = s.status(t); rc == 0 && harness.JSONField(m, "server", "index") == 1.0 {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if rc != 0 || field(m, "server", "index") != 1.0 || field(m, "tunnel", "recovery") != "healthy" {
+	if rc != 0 || harness.JSONField(m, "server", "index") != 1.0 || harness.JSONField(m, "tunnel", "recovery") != "healthy" {
 		t.Fatalf("idle after the failure: status rc %d, server %v, tunnel %v, problems %v\nagent:\n%s", rc, m["server"], m["tunnel"], m["problems"], s.d.Output())
 	}
 	s.mustWork(t, 5*time.Second, 1, "after the failover")
@@ -595,7 +583,7 @@ func TestStatusIdle(t *testing.T) {
 	s.mustWork(t, 10*time.Second, 0, "before")
 	verdict := func() (int, any, map[string]any) {
 		rc, m := s.status(t)
-		return rc, field(m, "tunnel", "verdict"), m
+		return rc, harness.JSONField(m, "tunnel", "verdict"), m
 	}
 	// The last traffic is a datagram received (a UDP echo's reply): 10 s
 	// later WireGuard sends a passive keepalive, which nothing answers.
@@ -625,7 +613,7 @@ func TestStatusIdle(t *testing.T) {
 				t.Errorf("the agent judged the idle tunnel dead on the way:\n%s", s.d.Output())
 			}
 			peers, _ := m["peers"].([]any)
-			if len(peers) != 1 || field(peers[0].(map[string]any), "handshakeAgeSeconds") == nil {
+			if len(peers) != 1 || harness.JSONField(peers[0].(map[string]any), "handshakeAgeSeconds") == nil {
 				t.Errorf("idle tunnel: status shows no handshake age: %v", m["peers"])
 			}
 			break

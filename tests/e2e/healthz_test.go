@@ -68,7 +68,7 @@ func (s *healthzSite) agree(t *testing.T, phase string, rc int, what func(map[st
 }
 
 func recovery(want string) func(map[string]any) bool {
-	return func(m map[string]any) bool { return field(m, "tunnel", "recovery") == want }
+	return func(m map[string]any) bool { return harness.JSONField(m, "tunnel", "recovery") == want }
 }
 
 // Issue 13: `status` and /healthz agree for a healthy, an idle, a failing
@@ -82,11 +82,11 @@ func TestHealthzAgreesWithStatus(t *testing.T) {
 		s.agree(t, "healthy", 0, recovery("healthy"), http.StatusOK, "ok")
 		s.ProvA.Kill()
 		s.agree(t, "failing over", 1, func(m map[string]any) bool {
-			r := field(m, "tunnel", "recovery")
+			r := harness.JSONField(m, "tunnel", "recovery")
 			return r == "retrying" || r == "failing over"
 		}, http.StatusServiceUnavailable, "tunnel dead")
 		s.agree(t, "on the fallback server", 0, func(m map[string]any) bool {
-			i := field(m, "server", "index")
+			i := harness.JSONField(m, "server", "index")
 			return recovery("healthy")(m) && i != nil && i != float64(0)
 		}, http.StatusOK, "ok")
 		s.ProvB.Kill()
@@ -98,6 +98,6 @@ func TestHealthzAgreesWithStatus(t *testing.T) {
 		s := newHealthzSite(t, func(p *harness.Pool) []string { return []string{p.FileA} }, false)
 		s.mustWork(t, 10*time.Second, 0, "before")
 		probe.UDPEcho(s.name, harness.AP(testbed.ProvTunnel4, testbed.EchoPort), harness.Marker("idle"))
-		s.agree(t, "idle", 0, func(m map[string]any) bool { return field(m, "tunnel", "verdict") == "idle" }, http.StatusOK, "ok")
+		s.agree(t, "idle", 0, func(m map[string]any) bool { return harness.JSONField(m, "tunnel", "verdict") == "idle" }, http.StatusOK, "ok")
 	})
 }

@@ -163,3 +163,17 @@ func TunnelProbes(ns string, dst netip.Addr, payload []byte) []func() probe.Resu
 func DNSQuery(ns string, a netip.Addr, port int, network string, typ dnsmessage.Type) func() probe.Result {
 	return func() probe.Result { return probe.DNS(ns, AP(a, port), network, testbed.TargetName, typ) }
 }
+
+// JSONField walks a decoded JSON object (status --json) along path; nil
+// when a step is missing.
+func JSONField(m map[string]any, path ...string) any {
+	var v any = m
+	for _, k := range path {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[k]
+	}
+	return v
+}

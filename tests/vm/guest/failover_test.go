@@ -189,7 +189,7 @@ func TestKernelFailover(t *testing.T) {
 	if ns, r := lookup(); ns != testbed.ProvTunnel4 || !r.Reached() {
 		t.Fatalf("before: resolv.conf names %s (want %s), lookup %v", ns, testbed.ProvTunnel4, r)
 	}
-	if rc, m := status(); rc != 0 || field(m, "backend") != "kernel" || field(m, "server", "index") != 0.0 || field(m, "server", "configFile") != fileA {
+	if rc, m := status(); rc != 0 || harness.JSONField(m, "backend") != "kernel" || harness.JSONField(m, "server", "index") != 0.0 || harness.JSONField(m, "server", "configFile") != fileA {
 		t.Fatalf("status before: rc %d backend %v server %v tunnel %v", rc, m["backend"], m["server"], m["tunnel"])
 	}
 	if det := tp.Exec(t, name, "ip", "-d", "link", "show", iface); !strings.Contains(det, "wireguard") {
@@ -251,10 +251,10 @@ func TestKernelFailover(t *testing.T) {
 	deadline := t0.Add(90 * time.Second)
 	for time.Now().Before(deadline) && resumed == 0 {
 		rc, m := status()
-		if detected == 0 && (rc != 0 || field(m, "tunnel", "recovery") != "healthy" || field(m, "server", "index") != 0.0) {
+		if detected == 0 && (rc != 0 || harness.JSONField(m, "tunnel", "recovery") != "healthy" || harness.JSONField(m, "server", "index") != 0.0) {
 			detected = time.Since(t0)
 		}
-		if field(m, "server", "index") == 1.0 {
+		if harness.JSONField(m, "server", "index") == 1.0 {
 			if r := echo(testbed.Prov2Tunnel4); r.Reached() {
 				resumed = time.Since(t0)
 				break
@@ -287,8 +287,8 @@ func TestKernelFailover(t *testing.T) {
 			break
 		}
 	}
-	if rc != 0 || field(m, "tunnel", "recovery") != "healthy" || field(m, "server", "index") != 1.0 || field(m, "server", "configFile") != fileB ||
-		field(m, "server", "endpoint") != harness.AP(testbed.Endpoint2, testbed.WGPort).String() || field(m, "tunnel", "failovers") != 1.0 {
+	if rc != 0 || harness.JSONField(m, "tunnel", "recovery") != "healthy" || harness.JSONField(m, "server", "index") != 1.0 || harness.JSONField(m, "server", "configFile") != fileB ||
+		harness.JSONField(m, "server", "endpoint") != harness.AP(testbed.Endpoint2, testbed.WGPort).String() || harness.JSONField(m, "tunnel", "failovers") != 1.0 {
 		t.Errorf("status after the failover: rc %d (want 0), server %v, tunnel %v, problems %v\nagent:\n%s", rc, m["server"], m["tunnel"], m["problems"], d.Output())
 	}
 	if ns, r := lookup(); ns != testbed.Prov2Tunnel4 || !r.Reached() || !slices.Contains(r.Addrs, testbed.Prov2Tunnel4) {
@@ -359,17 +359,4 @@ func TestKernelFailover(t *testing.T) {
 	t.Logf("FAILOVER (kernel): status left healthy %v, traffic through the second provider %v after the first's WireGuard died; "+
 		"%d table listings, handles %v, never missing; %d leak-probe rounds, 0 leaks; %d uplink packets, only WireGuard",
 		detected.Round(10*time.Millisecond), resumed.Round(10*time.Millisecond), tables.polls, tables.handles, rounds, len(pkts))
-}
-
-// field walks a decoded JSON object.
-func field(m map[string]any, path ...string) any {
-	var v any = m
-	for _, k := range path {
-		mm, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = mm[k]
-	}
-	return v
 }
