@@ -152,10 +152,10 @@ func (f *failover) probed(ctx context.Context, r probeResult) {
 	}
 	now := f.now()
 	f.decide(ctx, now)
-	if r.err != nil && f.gen == r.gen && f.judge.ProbeFailures() > 0 {
+	if n := f.judge.ProbeFailures(); r.err != nil && f.gen == r.gen && n > 0 && n < f.probe.Failures {
 		// Confirm at once: the next probes run back to back, so a dead
 		// tunnel is judged within Failures timeouts of the first failure,
-		// not Failures intervals.
+		// not Failures intervals. Once judged, the interval applies again.
 		f.startProbe(ctx, now)
 	}
 }
