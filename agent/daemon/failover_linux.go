@@ -100,6 +100,11 @@ func newFailover(eng *engine.Engine, inst *engine.Instance, out *Liveness, log *
 	return f
 }
 
+// probeSlack lets a probe due at a check's tick start on that tick: the
+// ticker fires a hair early as often as late, and a probe due an instant
+// after its tick would wait for the next one (an interval plus a check).
+const probeSlack = 250 * time.Millisecond
+
 // probeTimeout is half the interval (at most 10 s): probes never overlap,
 // and the confirming probes after a failure (run back to back) make a
 // verdict within Failures timeouts of the first one.
@@ -130,7 +135,7 @@ func (f *failover) startProbe(ctx context.Context, now time.Time) {
 	if f.inFlight {
 		return
 	}
-	f.inFlight, f.nextProbe = true, now.Add(f.probe.Interval)
+	f.inFlight, f.nextProbe = true, now.Add(f.probe.Interval-probeSlack)
 	gen, name, target, to := f.gen, f.inst.Spec.Name, f.probe.Target, probeTimeout(f.probe.Interval)
 	go func() {
 		f.results <- probeResult{gen, liveness.Probe(ctx, name, target, to)}
