@@ -24,25 +24,10 @@ import (
 // (its own tunnel would hold them), an interface name or listen port
 // already taken in the host's namespace. Each is a *config.FieldError.
 func preflight(eng *engine.Engine, s *config.Spec) error {
-	// With a pool, a server whose endpoint does not resolve now is one the
-	// agent fails over from; only a pool none of which resolves is refused.
-	pool := s.Pool
-	if len(pool) == 0 {
-		pool = []*config.Spec{s}
-	}
-	var first error
-	for _, srv := range pool {
-		err := resolvesAll(srv)
-		if err == nil {
-			first = nil
-			break
-		}
-		if first == nil {
-			first = err
-		}
-	}
-	if first != nil {
-		return first
+	// The first server is the one the agent brings up (a pool's others are
+	// resolved when it fails over to them).
+	if err := resolvesAll(s); err != nil {
+		return err
 	}
 	if _, err := eng.Backend(s); err != nil {
 		return err
