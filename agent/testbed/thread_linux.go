@@ -93,19 +93,12 @@ func Do(name string, fn func() error) error {
 	defer target.Close()
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		orig, err := vnetns.Get()
+		orig, err := lockAndEnter(name, target)
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("get current netns: %w", err)
+			errc <- err
 			return
 		}
 		defer orig.Close()
-		if err := vnetns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter netns %q: %w", name, err)
-			return
-		}
 		ferr := fn()
 		if err := vnetns.Set(orig); err != nil {
 			// Leave the thread locked: the runtime destroys it when
@@ -139,19 +132,12 @@ func Start(name string, cmd *exec.Cmd) error {
 	defer target.Close()
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // unlocked only if no child was started
-		orig, err := vnetns.Get()
+		orig, err := lockAndEnter(name, target) // unlocked only if no child was started
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("get current netns: %w", err)
+			errc <- err
 			return
 		}
 		defer orig.Close()
-		if err := vnetns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter netns %q: %w", name, err)
-			return
-		}
 		serr := cmd.Start()
 		if err := vnetns.Set(orig); err != nil {
 			// Stays locked (and ends with this goroutine): no other
@@ -174,6 +160,24 @@ func Start(name string, cmd *exec.Cmd) error {
 		return fmt.Errorf("start %s in netns %s: %w", cmd.Path, name, err)
 	}
 	return nil
+}
+
+// lockAndEnter locks the calling goroutine to its thread and moves the
+// thread into target, returning the namespace it came from. On error the
+// thread is back where it was and unlocked.
+func lockAndEnter(name string, target vnetns.NsHandle) (vnetns.NsHandle, error) {
+	runtime.LockOSThread()
+	orig, err := vnetns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return orig, fmt.Errorf("get current netns: %w", err)
+	}
+	if err := vnetns.Set(target); err != nil {
+		orig.Close()
+		runtime.UnlockOSThread()
+		return orig, fmt.Errorf("enter netns %q: %w", name, err)
+	}
+	return orig, nil
 }
 
 // holdUntilExit blocks the calling (locked) thread until process pid has

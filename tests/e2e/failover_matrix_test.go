@@ -37,20 +37,7 @@ func (mx *matrix) runPool(t *testing.T) {
 	// may or may not answer during the switch: no claim either way; the
 	// published port must keep working.
 	mx.state(s, stateSpec{col: "F", inbound: wantReach}, func(w *window) {
-		stop := make(chan struct{})
-		var rounds sync.WaitGroup
-		rounds.Add(1)
-		go func() {
-			defer rounds.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				w.round(mx.rows)
-			}
-		}()
+		stopRounds := w.roundsUntilStopped(mx.rows)
 		time.Sleep(300 * time.Millisecond)
 		died := time.Now()
 		s.tp.Provider.Kill()
@@ -85,8 +72,7 @@ func (mx *matrix) runPool(t *testing.T) {
 			w.fail("positive control: no traffic through the second provider after the failover: %v", r)
 		}
 		time.Sleep(300 * time.Millisecond)
-		close(stop)
-		rounds.Wait()
+		stopRounds()
 		toB := func(p observe.Packet) bool { return p.Out && wgFlow(harness.AP(testbed.Endpoint2, testbed.WGPort))(p) }
 		if w.obs[onUplink].Saw(toB) {
 			w.controls++
@@ -101,20 +87,7 @@ func (mx *matrix) runPool(t *testing.T) {
 	mx.state(s, stateSpec{col: "D", tunnel: wantBlocked, tunnel6: wantBlocked, inbound: wantReach}, func(w *window) {
 		died := time.Now()
 		s.prov2.Kill()
-		stop := make(chan struct{})
-		var rounds sync.WaitGroup
-		rounds.Add(1)
-		go func() {
-			defer rounds.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				w.round(mx.rows)
-			}
-		}()
+		stopRounds := w.roundsUntilStopped(mx.rows)
 		var allDead time.Duration
 		var st map[string]any
 		var code int
@@ -153,8 +126,27 @@ func (mx *matrix) runPool(t *testing.T) {
 		} else {
 			w.fail("positive control: no handshake attempt on the uplink for 12s with every server dead: the agent stopped trying")
 		}
-		close(stop)
-		rounds.Wait()
+		stopRounds()
 		mx.note("state D: both providers dead; status said every server dead after %v; the agent kept sending handshake initiations; %d probe rounds, the namespace closed", allDead.Round(100*time.Millisecond), w.rounds)
 	})
+}
+
+// roundsUntilStopped runs probe rounds back to back until the returned
+// function is called; it returns once the round in progress is over.
+func (w *window) roundsUntilStopped(rows []*mrow) (stop func()) {
+	done := make(chan struct{})
+	var rounds sync.WaitGroup
+	rounds.Add(1)
+	go func() {
+		defer rounds.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			w.round(rows)
+		}
+	}()
+	return func() { close(done); rounds.Wait() }
 }
