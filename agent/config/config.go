@@ -38,6 +38,62 @@ type Config struct {
 	// Metrics serves Prometheus metrics and health endpoints (off by
 	// default).
 	Metrics Metrics `json:"metrics,omitempty"`
+	// PortForwarding asks the provider to forward a port to the namespace
+	// (NAT-PMP, RFC 6886, as ProtonVPN offers it), opens exactly that port
+	// in the kill switch while the lease lives, and hands it to the
+	// applications (off by default).
+	PortForwarding *PortForwarding `json:"portForwarding,omitempty"`
+}
+
+// PortForwarding is provider port forwarding. The port is shown in status
+// (forwardedPort), in /run/vpn-confinement/NAME/forwarded_port and in the
+// metric vpn_confinement_forwarded_port.
+type PortForwarding struct {
+	// NATPMP is the gateway to ask; required ({} takes every default).
+	NATPMP *NATPMP `json:"natpmp"`
+	// Transmission is pushed the port as its peer-port (RPC session-set).
+	Transmission *App `json:"transmission,omitempty"`
+	// QBittorrent is pushed the port as its listen_port (Web API
+	// app/setPreferences).
+	QBittorrent *App `json:"qbittorrent,omitempty"`
+	// OnChange is a command and its arguments (an absolute path first),
+	// run inside the namespace after every new or changed port with
+	// VPN_FORWARDED_PORT and VPN_FORWARDED_PROTOCOLS ("tcp,udp") in its
+	// environment, and once more with an empty VPN_FORWARDED_PORT when the
+	// port is lost.
+	OnChange []string `json:"onChange,omitempty"`
+}
+
+// NATPMP is a NAT-PMP gateway reached through the tunnel.
+type NATPMP struct {
+	// Gateway is the gateway's IPv4 address inside the tunnel. Default: the
+	// active server's first IPv4 DNS server (ProtonVPN's 10.2.0.1 is both).
+	Gateway string `json:"gateway,omitempty"`
+	// Style is "proton" (default: the gateway picks the port; the agent
+	// asks for internal port 0 and external port 1, as `natpmpc -a 1 0 udp
+	// 60` does, and the application listens on the port it is given) or
+	// "rfc" (the gateway maps the port asked for, as RFC 6886 routers do).
+	Style string `json:"style,omitempty"`
+	// InternalPort is the application's listening port, asked as the
+	// external port too ("rfc" style only, where it is required).
+	InternalPort int `json:"internalPort,omitempty"`
+	// Protocol is "both" (default), "tcp" or "udp".
+	Protocol string `json:"protocol,omitempty"`
+	// Lifetime is the lease asked for, "10s"–"1h" (default "60s"); the
+	// agent renews at half of it.
+	Lifetime string `json:"lifetime,omitempty"`
+}
+
+// App is an application's API, dialled from inside the namespace (the
+// application runs confined, so 127.0.0.1 is the namespace's loopback).
+type App struct {
+	// URL of the API: Transmission's RPC endpoint
+	// ("http://127.0.0.1:9091/transmission/rpc") or qBittorrent's Web UI
+	// ("http://127.0.0.1:8080").
+	URL string `json:"url"`
+	// CredentialsFile holds one line "username:password" (a secret: mode
+	// 0600 or stricter, owned by root). Omitted: no login.
+	CredentialsFile string `json:"credentialsFile,omitempty"`
 }
 
 // Health tunes liveness. Without a probe the agent judges the tunnel by

@@ -57,6 +57,8 @@ type Spec struct {
 	Probe   *ProbeSpec // nil: judge by WireGuard's timers only
 	Metrics *Listen    // nil when off
 
+	PortForward *PortForwardSpec // nil when off
+
 	// Warnings from parsing (ignored wg-quick keys), for the log.
 	Warnings []string
 	// KeysLoaded is false when resolved without reading secret files
@@ -93,6 +95,40 @@ type ProbeSpec struct {
 	Interval time.Duration
 	Failures int
 }
+
+// PortForwardSpec is resolved provider port forwarding (NAT-PMP).
+type PortForwardSpec struct {
+	Gateway netip.Addr // invalid: not known until run time (static validation of a wg-quick file)
+	Style   string     // PortForwardProton or PortForwardRFC
+	// InternalPort is the port asked for ("rfc" style; 0 with "proton").
+	InternalPort uint16
+	Protocols    []string // "tcp", "udp" or both, in that order
+	Lifetime     time.Duration
+
+	Transmission *AppSpec
+	QBittorrent  *AppSpec
+	OnChange     []string
+}
+
+// Port-forwarding styles and bounds.
+const (
+	PortForwardProton      = "proton"
+	PortForwardRFC         = "rfc"
+	DefaultForwardLifetime = 60 * time.Second
+	minForwardLifetime     = 10 * time.Second
+	maxForwardLifetime     = time.Hour
+)
+
+// AppSpec is an application's API and, when given, its login. The
+// password never leaves it: String and LogValue leave it out.
+type AppSpec struct {
+	URL             string
+	CredentialsFile string
+	User, Password  string // empty without a credentials file, or before the file is read
+}
+
+// String never includes the password.
+func (a *AppSpec) String() string { return "App{" + a.URL + "}" }
 
 // Listen is a resolved listening address: Network "tcp" or "unix".
 type Listen struct {

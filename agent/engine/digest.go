@@ -17,7 +17,7 @@ import (
 // needs down and up.
 var (
 	LiveParts    = []string{"dns", "openPorts", "peers", "privateKey"}
-	RestartParts = []string{"addresses", "backend", "fwMark", "hostLink", "interface", "ipv6", "listenPort", "mtu"}
+	RestartParts = []string{"addresses", "backend", "fwMark", "hostLink", "interface", "ipv6", "listenPort", "mtu", "portForwarding"}
 )
 
 // Digests fingerprints each part of a resolved config: a truncated
@@ -72,12 +72,28 @@ func serverDigests(s *config.Spec) map[string]string {
 	} else {
 		parts["hostLink"] = "none"
 	}
+	parts["portForwarding"] = portForwardDigest(s.PortForward)
 	out := make(map[string]string, len(parts))
 	for k, v := range parts {
 		sum := sha256.Sum256([]byte(fmt.Sprintf("%v", v)))
 		out[k] = hex.EncodeToString(sum[:8])
 	}
 	return out
+}
+
+// portForwardDigest covers the forwarding settings; a credentials file is
+// represented by its path, never its content.
+func portForwardDigest(p *config.PortForwardSpec) string {
+	if p == nil {
+		return "none"
+	}
+	app := func(a *config.AppSpec) string {
+		if a == nil {
+			return "-"
+		}
+		return a.URL + " " + a.CredentialsFile
+	}
+	return fmt.Sprint(p.Gateway, p.Style, p.InternalPort, p.Protocols, p.Lifetime, app(p.Transmission), app(p.QBittorrent), p.OnChange)
 }
 
 // Digest fingerprints a whole config (from its Digests).

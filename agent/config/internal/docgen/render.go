@@ -107,6 +107,9 @@ func typeName(e ast.Expr) (name, elem string, list bool) {
 		n, el, _ := typeName(a.Elt)
 		return "list of " + n, el, true
 	}
+	if p, ok := e.(*ast.StarExpr); ok { // an optional object
+		e = p.X
+	}
 	id, ok := e.(*ast.Ident)
 	if !ok {
 		return "value", "", false
