@@ -72,7 +72,7 @@ func namespaceSets(s *config.Spec) []Set {
 			}
 		}
 	}
-	return []Set{
+	sets := []Set{
 		{Name: "tunnel4", Type: SetIPv4Addr, Comment: "tunnel IPv4 addresses", Addrs: hosts(s.TunnelAddrs(false))},
 		{Name: "tunnel6", Type: SetIPv6Addr, Comment: "tunnel IPv6 addresses", Addrs: hosts(s.TunnelAddrs(true))},
 		{Name: "dns4", Type: SetIPv4Addr, Comment: "allowed IPv4 resolvers", Addrs: hosts(family(s.DNS, false))},
@@ -84,6 +84,12 @@ func namespaceSets(s *config.Spec) []Set {
 		{Name: "mapped_tcp", Type: SetInetService, Comment: "namespace TCP ports published over the host link", Ports: ports(mappedTCP)},
 		{Name: "mapped_udp", Type: SetInetService, Comment: "namespace UDP ports published over the host link", Ports: ports(mappedUDP)},
 	}
+	if s.PortForward != nil {
+		sets = append(sets,
+			Set{Name: SetForwardedTCP, Type: SetInetService, Comment: "TCP port the provider forwards (while its lease lives)"},
+			Set{Name: SetForwardedUDP, Type: SetInetService, Comment: "UDP port the provider forwards (while its lease lives)"})
+	}
+	return sets
 }
 
 // Chain layout. Every packet the namespace sends or receives meets these
@@ -300,6 +306,14 @@ func inTunnelChain(s *config.Spec) Chain {
 			Exprs:   []Expr{CtStateMatch{CtNew}, Port{Proto: p, Set: "open_" + string(p)}, Accept},
 			Comment: fmt.Sprintf("new connections from the tunnel to the open %s ports", p),
 		})
+	}
+	if s.PortForward != nil {
+		for _, p := range []Proto{TCP, UDP} {
+			rules = append(rules, Rule{
+				Exprs:   []Expr{CtStateMatch{CtNew}, Port{Proto: p, Set: "forwarded_" + string(p)}, Accept},
+				Comment: fmt.Sprintf("new connections from the tunnel to the %s port the provider forwards: the set holds it only while its NAT-PMP lease lives", p),
+			})
+		}
 	}
 	rules = append(rules, Rule{
 		Exprs:   []Expr{CounterRef{CounterInDrop}, Drop},

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/policy"
@@ -80,6 +81,14 @@ func hostLinkSpec() *config.Spec {
 	return s
 }
 
+// portForwardSpec has port forwarding on: the forwarded-port sets and
+// their rules, empty until a lease fills them.
+func portForwardSpec() *config.Spec {
+	s := openPortsSpec()
+	s.PortForward = &config.PortForwardSpec{Gateway: ip("10.2.0.1"), Style: config.PortForwardProton, Protocols: []string{"tcp", "udp"}, Lifetime: time.Minute}
+	return s
+}
+
 type goldenCase struct {
 	name string
 	spec func() *config.Spec
@@ -91,6 +100,7 @@ var goldenCases = []goldenCase{
 	{"dns-tunnel-mode", tunnelDNSSpec},
 	{"open-ports", openPortsSpec},
 	{"host-link", hostLinkSpec},
+	{"port-forwarding", portForwardSpec},
 }
 
 func TestGolden(t *testing.T) {
