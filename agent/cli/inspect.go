@@ -102,6 +102,24 @@ func printReport(w io.Writer, r *status.Report) {
 	if r.Tunnel != nil {
 		fmt.Fprintf(w, "  tunnel:     %s (%s since %s)\n", r.Tunnel.Verdict, r.Tunnel.Recovery, r.Tunnel.Since.Format(time.RFC3339))
 	}
+	if pf := r.PortForward; pf != nil {
+		port := "none"
+		if pf.Port != 0 {
+			port = fmt.Sprintf("%d (%s", pf.Port, strings.Join(pf.Protocols, ", "))
+			if !pf.Expires.IsZero() {
+				port += ", lease until " + pf.Expires.Format(time.RFC3339)
+			}
+			port += ")"
+		}
+		line := fmt.Sprintf("%s, %s via %s", port, pf.State, pf.Gateway)
+		if pf.Error != "" {
+			line += ": " + pf.Error
+		}
+		fmt.Fprintf(w, "  forwarded:  %s\n", line)
+		for _, p := range pf.Pending {
+			fmt.Fprintf(w, "  push:       %s\n", p)
+		}
+	}
 	for _, p := range r.Peers {
 		hs := "never"
 		if p.HandshakeAgeSec != nil {

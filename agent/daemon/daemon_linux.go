@@ -91,11 +91,11 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			return errors.Join(ctx.Err(), teardown(eng, inst, log))
 		case <-dead:
 			log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
-			rep := health.Check(inst.Spec, inst.Tunnel)
+			rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
 			mon.observe(inst)
 			mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 		case <-tick.C:
-			rep := health.Check(inst.Spec, inst.Tunnel)
+			rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
 			mon.observe(inst)
 			mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 			// Mark the tx counter soon after each handshake is due for
@@ -109,7 +109,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			mon.liveness(o.Liveness)
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
-			if health.Check(inst.Spec, inst.Tunnel).Healthy() {
+			if health.Check(inst.Spec, inst.Tunnel, inst.Forwarded()).Healthy() {
 				Notify("WATCHDOG=1")
 			}
 		}

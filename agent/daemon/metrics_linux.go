@@ -48,7 +48,7 @@ func (mo *monitor) observe(inst *engine.Instance) {
 	if mo == nil {
 		return
 	}
-	rep := health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true})
+	rep := health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true, Forwarded: inst.Forwarded()})
 	// The failover loop's judgement, as status adds it from the state file.
 	if p := inst.Liveness().Problem(); p != "" {
 		rep.Add(health.TunnelDead, "%s", p)

@@ -14,6 +14,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
@@ -69,7 +70,10 @@ type Instance struct {
 	reclaimed  <-chan struct{} // set by Teardown: closed once the tunnel link is gone
 
 	applied *wgtypes.Config // the device configuration applied (endpoints resolved); nil: not known yet
-	state   *State          // the state file as last written
+	// forwarded is what the kill switch's forwarded-port sets hold; only
+	// the daemon's goroutine changes it (SetForwarded, Switch).
+	forwarded policy.Forwarded
+	state     *State // the state file as last written
 }
 
 func (e *Engine) log() *slog.Logger {
@@ -187,7 +191,9 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	// The kill switch goes in before any interface that could carry
 	// traffic. In an adopted namespace it is replaced atomically and never
 	// removed on rollback: fail closed.
-	if err := applyPolicy(sys.fw, s, !inst.Adopted); err != nil {
+	// The forwarded-port sets start empty: a lease an earlier agent held
+	// is asked for again once the tunnel is up.
+	if err := applyPolicy(sys.fw, s, policy.Forwarded{}, !inst.Adopted); err != nil {
 		return err
 	}
 	if err := step(StepPolicy); err != nil {
@@ -297,7 +303,7 @@ func (inst *Instance) stateFor(next *config.Spec) *State {
 	st.ConfigDigest = Digest(st.ConfigDigests)
 	st.Server, st.ServerConfig, st.Endpoint = next.Server, next.ConfigFile(), endpointOf(next)
 	if inst.state != nil {
-		st.Liveness, st.Reload = inst.state.Liveness, inst.state.Reload
+		st.Liveness, st.Reload, st.PortForward = inst.state.Liveness, inst.state.Reload, inst.state.PortForward
 	}
 	return st
 }

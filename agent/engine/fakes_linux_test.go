@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -139,6 +140,12 @@ func (f fakeFirewall) Apply(r *policy.Ruleset, nsPath string) error {
 	}
 	f.tables[nsPath+" "+r.Name] = true
 	return nil
+}
+func (f fakeFirewall) SetForwarded(nsPath, table string, fwd policy.Forwarded) error {
+	if !f.tables[nsPath+" "+table] {
+		return errors.New("no such table")
+	}
+	return f.call("fw.forward " + nsPath + " " + table + " " + fwd.String())
 }
 func (f fakeFirewall) Remove(nsPath, table string) error {
 	if nsPath != "" || table == names.Table {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
@@ -17,8 +18,9 @@ import (
 // created the table cannot exist, and Create skips the delete that an
 // atomic replace needs (and the RCU grace period it costs); if the table is
 // there anyway, the atomic replace runs instead.
-func applyPolicy(fw firewall, s *config.Spec, fresh bool) error {
-	r := policy.Compile(s)
+// fwd is what the forwarded-port sets hold (a live NAT-PMP lease's ports).
+func applyPolicy(fw firewall, s *config.Spec, fwd policy.Forwarded, fresh bool) error {
+	r := policy.Compile(s).WithForwarded(fwd)
 	if fresh {
 		err := fw.Create(r, names.Netns(s.Name))
 		if !errors.Is(err, unix.EEXIST) {
@@ -27,6 +29,24 @@ func applyPolicy(fw firewall, s *config.Spec, fresh bool) error {
 	}
 	return fw.Apply(r, names.Netns(s.Name))
 }
+
+// SetForwarded opens exactly f's ports in the kill switch's forwarded-port
+// sets (the provider's port while its lease lives; zero closes them), in
+// one netlink batch that adds and removes elements and touches nothing
+// else. Repairs and reloads keep what it set.
+func (e *Engine) SetForwarded(inst *Instance, f policy.Forwarded) error {
+	if inst.Spec.PortForward == nil {
+		return fmt.Errorf("namespace %s: port forwarding is not configured", inst.Spec.Name)
+	}
+	if err := e.sys().fw.SetForwarded(names.Netns(inst.Spec.Name), names.Table, f); err != nil {
+		return err
+	}
+	inst.forwarded = f
+	return nil
+}
+
+// Forwarded is what the kill switch's forwarded-port sets hold.
+func (inst *Instance) Forwarded() policy.Forwarded { return inst.forwarded }
 
 func applyHostPolicy(fw firewall, s *config.Spec) error {
 	return fw.Apply(policy.CompileHost(s), "")

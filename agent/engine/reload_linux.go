@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
 // Reload applies next, a newly loaded config for the namespace inst
@@ -49,9 +50,9 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 		// it is what the namespace must match now.
 		next = next.Pool[inst.Spec.Server]
 	}
-	if err := e.apply(ctx, inst.Spec, next, live); err != nil {
+	if err := e.apply(ctx, inst.Spec, next, live, inst.forwarded); err != nil {
 		// Put back what was replaced; the kill switch stays either way.
-		if rerr := e.apply(ctx, next, inst.Spec, live); rerr != nil {
+		if rerr := e.apply(ctx, next, inst.Spec, live, inst.forwarded); rerr != nil {
 			err = fmt.Errorf("%w (restoring the running config: %v)", err, rerr)
 		}
 		return nil, fmt.Errorf("reload %s: %w", inst.Spec.Name, err)
@@ -65,7 +66,8 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 
 // apply changes the live parts from cur to next. What can fail without a
 // change (resolving endpoint names) is done first, by the tunnel.
-func (e *Engine) apply(ctx context.Context, cur, next *config.Spec, parts []string) error {
+// The forwarded-port sets keep fwd (port forwarding cannot change live).
+func (e *Engine) apply(ctx context.Context, cur, next *config.Spec, parts []string, fwd policy.Forwarded) error {
 	sys := e.sys()
 	has := func(p ...string) bool {
 		return slices.ContainsFunc(parts, func(x string) bool { return slices.Contains(p, x) })
@@ -76,7 +78,7 @@ func (e *Engine) apply(ctx context.Context, cur, next *config.Spec, parts []stri
 		}
 	}
 	if has("dns", "openPorts") {
-		if err := applyPolicy(sys.fw, next, false); err != nil {
+		if err := applyPolicy(sys.fw, next, fwd, false); err != nil {
 			return err
 		}
 	}

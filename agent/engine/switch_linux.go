@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
@@ -146,7 +148,7 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 		// reverse.
 		var rerrs []error
 		if policySwitched {
-			rerrs = append(rerrs, wrap("undo policy", applyPolicy(sys.fw, old, false)))
+			rerrs = append(rerrs, wrap("undo policy", applyPolicy(sys.fw, old, inst.forwarded, false)))
 		}
 		rerrs = append(rerrs, j.rollback())
 		if rerr := errors.Join(rerrs...); rerr != nil {
@@ -154,7 +156,10 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 		}
 	}()
 
-	if err := applyPolicy(sys.fw, next, false); err != nil {
+	// The previous server's forwarded port goes with its kill switch, in
+	// the same replace: the new server's public address has no lease yet
+	// (the daemon asks its gateway once the switch is done).
+	if err := applyPolicy(sys.fw, next, policy.Forwarded{}, false); err != nil {
 		return fmt.Errorf("switch to server %d: kill switch: %w", next.Server, err)
 	}
 	policySwitched = true
@@ -183,7 +188,7 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	if err := sys.files.WriteState(st); err != nil {
 		return fmt.Errorf("switch to server %d: %w", next.Server, err)
 	}
-	inst.Spec, inst.applied, inst.state = next, &cfg, st
+	inst.Spec, inst.applied, inst.state, inst.forwarded = next, &cfg, st, policy.Forwarded{}
 	log.Info("switched server", "server", next.Server, "config", next.ConfigFile(), "endpoint", endpointOf(next))
 	return nil
 }
@@ -240,6 +245,21 @@ func endpointOf(s *config.Spec) string {
 		return ""
 	}
 	return s.Peers[0].Endpoint
+}
+
+// RecordPortForward writes the daemon's port forwarding into the state
+// file, for status. Unchanged: no write.
+func (e *Engine) RecordPortForward(inst *Instance, p *PortForward) error {
+	if inst.state != nil && reflect.DeepEqual(inst.state.PortForward, p) {
+		return nil
+	}
+	st := inst.stateFor(inst.Spec)
+	st.PortForward = p
+	if err := e.sys().files.WriteState(st); err != nil {
+		return err
+	}
+	inst.state = st
+	return nil
 }
 
 // RecordLiveness writes the daemon's view of the tunnel (alive, idle,

@@ -22,6 +22,7 @@ import (
 type switchWorld struct {
 	*world
 	dns      string // the loaded kill switch's dns4 set
+	fwd      string // its forwarded-port sets ("none" when empty or absent)
 	device   string // the DNS of the server whose peers the device has (its "identity" here)
 	resolv   string // resolv.conf's servers
 	resolved map[string]string
@@ -45,7 +46,14 @@ func (f recFirewall) Apply(r *policy.Ruleset, nsPath string) error {
 	if err := f.fakeFirewall.Apply(r, nsPath); err != nil {
 		return err
 	}
+	var fwd policy.Forwarded
 	for _, s := range r.Sets {
+		switch s.Name {
+		case policy.SetForwardedTCP:
+			fwd.TCP = s.Ports
+		case policy.SetForwardedUDP:
+			fwd.UDP = s.Ports
+		}
 		if s.Name == "dns4" {
 			var a []string
 			for _, p := range s.Addrs {
@@ -54,6 +62,15 @@ func (f recFirewall) Apply(r *policy.Ruleset, nsPath string) error {
 			f.sw.dns = strings.Join(a, ",")
 		}
 	}
+	f.sw.fwd = fwd.String()
+	return nil
+}
+
+func (f recFirewall) SetForwarded(nsPath, table string, fwd policy.Forwarded) error {
+	if err := f.fakeFirewall.SetForwarded(nsPath, table, fwd); err != nil {
+		return err
+	}
+	f.sw.fwd = fwd.String()
 	return nil
 }
 
@@ -119,13 +136,17 @@ func pool() []*config.Spec {
 
 func upSwitchFake(t *testing.T) (*switchWorld, *Engine, *Instance, []*config.Spec) {
 	t.Helper()
+	return upSwitchFakeWith(t, pool())
+}
+
+func upSwitchFakeWith(t *testing.T, p []*config.Spec) (*switchWorld, *Engine, *Instance, []*config.Spec) {
+	t.Helper()
 	w := newWorld()
 	sw := &switchWorld{world: w, resolved: map[string]string{"198.51.100.1:51820": "198.51.100.1:51820", "vpn-b.test:51820": "203.0.113.5:51820"}}
 	e := w.engine()
 	e.system.fw = recFirewall{fakeFirewall{w}, sw}
 	e.system.dev = fakeDevices{sw}
 	e.system.resolv = fakeResolv{sw}
-	p := pool()
 	inst, err := e.Up(context.Background(), p[0], "")
 	if err != nil {
 		t.Fatal(err)

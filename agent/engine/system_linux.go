@@ -36,6 +36,9 @@ type firewall interface {
 	Apply(r *policy.Ruleset, nsPath string) error
 	// Remove deletes the table; a missing one is not an error.
 	Remove(nsPath, table string) error
+	// SetForwarded makes the table's forwarded-port sets hold f, adding
+	// and removing elements in one batch (never a replace).
+	SetForwarded(nsPath, table string, f policy.Forwarded) error
 }
 
 // links configures the links that carry traffic: the tunnel's addresses
@@ -153,6 +156,9 @@ type nftFirewall struct{}
 func (nftFirewall) Create(r *policy.Ruleset, nsPath string) error { return policy.Create(r, nsPath) }
 func (nftFirewall) Apply(r *policy.Ruleset, nsPath string) error  { return policy.Apply(r, nsPath) }
 func (nftFirewall) Remove(nsPath, table string) error             { return policy.Remove(nsPath, table) }
+func (nftFirewall) SetForwarded(nsPath, table string, f policy.Forwarded) error {
+	return policy.SetForwarded(nsPath, table, f)
+}
 
 type netlinkLinks struct{}
 

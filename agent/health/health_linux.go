@@ -8,6 +8,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
+	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
 // Target says what to inspect.
@@ -22,12 +23,15 @@ type Target struct {
 	Tunnel wireguard.Tunnel
 	// Peers reads the WireGuard peers and flags a stale handshake.
 	Peers bool
+	// Forwarded is what the kill switch's forwarded-port sets must hold
+	// (the ports of a live NAT-PMP lease).
+	Forwarded policy.Forwarded
 }
 
 // Check inspects the namespace of s as its agent sees it: t is the
-// in-process tunnel, if any.
-func Check(s *config.Spec, t wireguard.Tunnel) *Report {
-	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t})
+// in-process tunnel, if any, and fwd the forwarded ports it opened.
+func Check(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded) *Report {
+	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd})
 }
 
 // Inspect reads the namespace once and reports what it found.
@@ -44,7 +48,7 @@ func Inspect(t Target) *Report {
 		return r
 	}
 	r.Namespace = true
-	inspectPolicy(r, t.Spec)
+	inspectPolicy(r, t.Spec, t.Forwarded)
 	if t.Tunnel != nil {
 		select {
 		case <-t.Tunnel.Done():

@@ -9,7 +9,7 @@ import (
 // inspectPolicy reads the kill switch back from the kernel: whether it is
 // loaded, whether it is exactly what the spec compiles to (when known),
 // its rule count and its drop counters.
-func inspectPolicy(r *Report, s *config.Spec) {
+func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded) {
 	st, err := policy.Inspect(names.Netns(r.Name), names.Table)
 	if err != nil || !st.Loaded {
 		r.Add(PolicyMissing, "kill-switch table is NOT loaded")
@@ -24,7 +24,7 @@ func inspectPolicy(r *Report, s *config.Spec) {
 	if s == nil {
 		return
 	}
-	if err := st.Verify(policy.Compile(s)); err != nil {
+	if err := st.Verify(policy.Compile(s).WithForwarded(fwd)); err != nil {
 		r.Add(PolicyChanged, "kill-switch table was changed: %v", err)
 		return
 	}

@@ -37,6 +37,10 @@ type Report struct {
 	// agent's judgement of it (alive, idle, dead; the recovery's state).
 	Server *Server          `json:"server,omitempty"`
 	Tunnel *engine.Liveness `json:"tunnel,omitempty"`
+	// ForwardedPort is the port the provider forwards (0: none);
+	// PortForward the running agent's port forwarding, when configured.
+	ForwardedPort uint16              `json:"forwardedPort"`
+	PortForward   *engine.PortForward `json:"portForward,omitempty"`
 }
 
 // Server is the active server: its index in the pool, its wg-quick file
@@ -69,6 +73,7 @@ func Get(name string) (*Report, error) {
 	t := health.Target{Name: name, Peers: true}
 	if st != nil {
 		t.Interface = st.Interface
+		t.Forwarded = st.PortForward.Forwarded()
 	}
 	var configErr error
 	pool := 1
@@ -105,6 +110,10 @@ func Get(name string) (*Report, error) {
 		r.Server = &Server{Index: st.Server, Pool: pool, ConfigFile: st.ServerConfig, Endpoint: st.Endpoint}
 		if running {
 			r.Tunnel = st.Liveness
+			r.PortForward = st.PortForward
+			if st.PortForward != nil {
+				r.ForwardedPort = st.PortForward.Port
+			}
 		}
 	}
 	return r, nil

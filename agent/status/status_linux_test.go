@@ -47,7 +47,7 @@ func TestJSONFields(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	if want := []string{"addresses", "agentPid", "agentRunning", "backend", "dns", "healthy", "hostLink", "interface", "linkUp", "mtu", "name", "peers", "policy", "problems"}; !slices.Equal(keys(m), want) {
+	if want := []string{"addresses", "agentPid", "agentRunning", "backend", "dns", "forwardedPort", "healthy", "hostLink", "interface", "linkUp", "mtu", "name", "peers", "policy", "problems"}; !slices.Equal(keys(m), want) {
 		t.Errorf("status fields %q, want %q", keys(m), want)
 	}
 	if want := []string{"dropPackets", "loaded", "matchesConfig", "rules"}; !slices.Equal(keys(m["policy"].(map[string]any)), want) {
