@@ -575,6 +575,16 @@ let
       config = withBase { services.vpnConfinement.namespaces.vpn = newOptions; };
       expect = null;
     };
+    # Positive controls: port forwarding with every option, and the docs'
+    # example (needs an agent that knows portForwarding, issue 14).
+    port-forwarding-all = {
+      config = withBase { services.vpnConfinement.namespaces.vpn = pfOptions; };
+      expect = null;
+    };
+    port-forwarding-example = {
+      config = pfExampleConfig;
+      expect = null;
+    };
     same-interface = {
       config = twoNamespaces { interface = "wg0"; } { interface = "wg0"; };
       expect = "other.json and vpn.json: interface: both use the interface name \"wg0\"";
