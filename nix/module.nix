@@ -118,6 +118,29 @@ let
         ;
     };
 
+  # An application the agent tells the forwarded port (portForwarding.*).
+  appPushJSON = a: clean { inherit (a) url credentialsFile; };
+  portForwardingJSON =
+    pf:
+    clean {
+      transmission = appPushJSON pf.transmission;
+      qbittorrent = appPushJSON pf.qbittorrent;
+      inherit (pf) onChange;
+    }
+    // {
+      # Always present when enabled: "natpmp" turns forwarding on, and
+      # {} means the agent's defaults.
+      natpmp = clean {
+        inherit (pf.natpmp)
+          gateway
+          style
+          internalPort
+          protocol
+          lifetime
+          ;
+      };
+    };
+
   mkAgentConfig =
     name: ns:
     clean {
@@ -146,6 +169,7 @@ let
       };
       metrics = clean { inherit (ns.metrics) listen; };
       openPorts = map (p: { inherit (p) port protocol; }) ns.openPorts;
+      portForwarding = if ns.portForwarding.enable then portForwardingJSON ns.portForwarding else null;
       hostLink =
         if ns.hostLink.enable then
           clean {
@@ -268,6 +292,32 @@ let
         description = "Port on the tunnel address that accepts new inbound connections.";
       };
       protocol = protocolOption;
+    };
+  };
+
+  # portForwarding.transmission / .qbittorrent: where the agent sets the
+  # application's listening port.
+  appPushOptions = app: url: {
+    url = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = url;
+      description = ''
+        URL of ${app}'s API, dialled from inside the namespace (the confined
+        service's own loopback: `127.0.0.1` is the namespace's). `null`: the
+        agent does not tell ${app}.
+      '';
+    };
+    credentialsFile = mkOption {
+      type = secretPathType;
+      default = null;
+      example = "/run/secrets/${app}-rpc";
+      description = ''
+        Runtime path of a file holding one line `username:password` for
+        ${app}'s API (mode 0600 or stricter, owned by root; absolute, outside
+        /nix/store; a plain string, never copied to the store). `null`: no
+        authentication.
+      '';
     };
   };
 
@@ -490,6 +540,80 @@ let
           '';
         };
 
+        portForwarding = {
+          enable = mkEnableOption ''
+            provider port forwarding over NAT-PMP (RFC 6886; ProtonVPN): the
+            agent asks the gateway in the tunnel for a port, renews the lease,
+            opens exactly that port on the tunnel while the lease is live, and
+            tells the applications below. The port is shown by
+            `vpn-agent status` (`forwardedPort`), in
+            `/run/vpn-confinement/<name>/forwarded_port` and in the metric
+            `vpn_confinement_forwarded_port`
+          '';
+          natpmp = {
+            gateway = mkOption {
+              type = types.nullOr types.str;
+              default = null;
+              example = "10.2.0.1";
+              description = ''
+                IPv4 address of the NAT-PMP gateway, inside the tunnel. `null`:
+                the active server's first IPv4 DNS server (ProtonVPN: 10.2.0.1).
+              '';
+            };
+            style = mkOption {
+              type = types.enum [
+                "proton"
+                "rfc"
+              ];
+              default = "proton";
+              example = "rfc";
+              description = ''
+                `proton`: the gateway assigns the port (the agent asks for
+                internal port 0 and external port 1, as `natpmpc -a 1 0 udp 60`
+                does). `rfc`: an RFC 6886 gateway maps the port asked for,
+                {option}`internalPort`.
+              '';
+            };
+            internalPort = mkOption {
+              type = types.nullOr types.port;
+              default = null;
+              example = 51413;
+              description = ''
+                `rfc` style: the application's listening port, asked as the
+                external port too (required). `proton` style: leave it `null`.
+              '';
+            };
+            protocol = protocolOption // {
+              default = "both";
+              example = "tcp";
+              description = "Protocols to map: `both`, `tcp` or `udp`.";
+            };
+            lifetime = mkOption {
+              type = types.nullOr types.str;
+              default = null;
+              example = "120s";
+              description = ''
+                Requested lease, a Go duration of 10s–1h (`null`: 60s). The
+                agent renews it at half of it (never later than three
+                quarters).
+              '';
+            };
+          };
+          transmission = appPushOptions "transmission" "http://127.0.0.1:9091/transmission/rpc";
+          qbittorrent = appPushOptions "qbittorrent" "http://127.0.0.1:8080";
+          onChange = mkOption {
+            type = types.listOf types.str;
+            default = [ ];
+            example = literalExpression ''[ "''${pkgs.writeShellScript "port-changed" "echo $VPN_FORWARDED_PORT"}" ]'';
+            description = ''
+              A command (argv, no shell) the agent runs inside the namespace
+              after each new or changed port, with `VPN_FORWARDED_PORT` and
+              `VPN_FORWARDED_PROTOCOLS` (e.g. `tcp,udp`) set, and once with an
+              empty `VPN_FORWARDED_PORT` when the port is lost. `[ ]`: none.
+            '';
+          };
+        };
+
         hostLink = {
           enable = mkEnableOption ''
             a veth pair between the host and the namespace that carries only
@@ -607,6 +731,14 @@ let
         {
           field = "wireguard.privateKeyFile";
           value = ns.wireguard.privateKeyFile;
+        }
+        {
+          field = "portForwarding.transmission.credentialsFile";
+          value = ns.portForwarding.transmission.credentialsFile;
+        }
+        {
+          field = "portForwarding.qbittorrent.credentialsFile";
+          value = ns.portForwarding.qbittorrent.credentialsFile;
         }
       ]
       ++ imap0 (i: f: {

@@ -307,6 +307,82 @@ let
     ++ lib.optional (unset ? health || unset ? metrics || unset.wireguard ? configFiles) "new options: unset, yet in the JSON: ${builtins.toJSON unset}"
     ++ lib.optional (probeOnly.health != { probe.address = "10.2.0.1"; }) "new options: a probe address alone generated ${builtins.toJSON probeOnly.health}";
 
+  # Port forwarding (issue 14): every option and the JSON it must map to,
+  # field for field; enabled alone, "natpmp" with the enums' defaults;
+  # disabled, nothing at all (portForwardingChecks).
+  pfOptions = {
+    portForwarding = {
+      enable = true;
+      natpmp = {
+        gateway = "10.2.0.1";
+        style = "rfc";
+        internalPort = 51413;
+        protocol = "tcp";
+        lifetime = "120s";
+      };
+      transmission = {
+        url = "http://127.0.0.1:9091/transmission/rpc";
+        credentialsFile = "/run/secrets/transmission-rpc";
+      };
+      qbittorrent = {
+        url = "http://127.0.0.1:8080";
+        credentialsFile = "/run/secrets/qbittorrent-webui";
+      };
+      onChange = [
+        "/run/current-system/sw/bin/port-changed"
+        "--flag"
+      ];
+    };
+  };
+  # The field names map 1:1: the JSON is the options without `enable`.
+  pfJSON = removeAttrs pfOptions.portForwarding [ "enable" ];
+  # The example of docs/nixos.md, "Port forwarding (ProtonVPN NAT-PMP)".
+  pfExampleConfig = {
+    services.vpnConfinement = {
+      enable = true;
+      namespaces.proton = {
+        wireguard.configFile = "/run/secrets/proton.conf";
+        portForwarding = {
+          enable = true;
+          transmission.url = "http://127.0.0.1:9091/transmission/rpc";
+        };
+      };
+    };
+    systemd.services.transmission = {
+      wantedBy = [ "multi-user.target" ];
+      vpnConfinement = {
+        enable = true;
+        namespace = "proton";
+      };
+    };
+  };
+  pfExample = eval pfExampleConfig;
+  portForwardingChecks =
+    let
+      pfOf = cfg: cfg.services.vpnConfinement.namespaces.vpn.generatedConfig.portForwarding or null;
+      got = pfOf (eval (withBase { services.vpnConfinement.namespaces.vpn = pfOptions; }));
+      defaults = pfOf (eval (withBase { services.vpnConfinement.namespaces.vpn.portForwarding.enable = true; }));
+      # Everything but enable: still off.
+      off = pfOf (
+        eval (withBase {
+          services.vpnConfinement.namespaces.vpn = lib.recursiveUpdate pfOptions { portForwarding.enable = false; };
+        })
+      );
+      docs = pfExample.services.vpnConfinement.namespaces.proton.generatedConfig.portForwarding or null;
+      wantDefaults.natpmp = {
+        style = "proton";
+        protocol = "both";
+      };
+      wantDocs = wantDefaults // {
+        transmission.url = "http://127.0.0.1:9091/transmission/rpc";
+      };
+    in
+    lib.optional (got != pfJSON) "portForwarding: generated ${builtins.toJSON got}, want ${builtins.toJSON pfJSON}"
+    ++ lib.optional (defaults != wantDefaults) "portForwarding: enable alone generated ${builtins.toJSON defaults}, want ${builtins.toJSON wantDefaults}"
+    ++ lib.optional (off != null) "portForwarding: disabled, yet in the JSON: ${builtins.toJSON off}"
+    ++ lib.optional (docs != wantDocs) "portForwarding: the docs example generated ${builtins.toJSON docs}, want ${builtins.toJSON wantDocs}"
+    ++ lib.optional (failedAssertions pfExample != [ ] || pfExample.warnings != [ ]) "portForwarding: the docs example trips ${builtins.toJSON (failedAssertions pfExample ++ pfExample.warnings)}";
+
   # What only NixOS knows: each must trip a module assertion containing `expect`.
   cases = {
     secret-in-store = {
@@ -330,6 +406,18 @@ let
         };
       };
       expect = "wireguard.configFiles.1 points into the world-readable Nix store";
+    };
+    credentials-in-store = {
+      config = withBase {
+        services.vpnConfinement.namespaces.vpn.portForwarding = {
+          enable = true;
+          qbittorrent = {
+            url = "http://127.0.0.1:8080";
+            credentialsFile = "/nix/store/abc-qbt";
+          };
+        };
+      };
+      expect = "portForwarding.qbittorrent.credentialsFile points into the world-readable Nix store";
     };
     unknown-namespace = {
       config = withBase {
@@ -485,6 +573,16 @@ let
     # Positive control: every option of issue 13, accepted by the agent.
     pool-probe-metrics = {
       config = withBase { services.vpnConfinement.namespaces.vpn = newOptions; };
+      expect = null;
+    };
+    # Positive controls: port forwarding with every option, and the docs'
+    # example (needs an agent that knows portForwarding, issue 14).
+    port-forwarding-all = {
+      config = withBase { services.vpnConfinement.namespaces.vpn = pfOptions; };
+      expect = null;
+    };
+    port-forwarding-example = {
+      config = pfExampleConfig;
       expect = null;
     };
     same-interface = {
@@ -693,6 +791,8 @@ let
 in
 {
   example = exampleReport;
+  # The agent config of docs/nixos.md's port-forwarding example.
+  portForwardingExample = pfExample.services.vpnConfinement.namespaces.proton.generatedConfig;
   # The assertion messages each negative case produces (for reading).
   caseMessages = lib.mapAttrs (_: c: failedAssertions (eval c.config)) cases;
   # name -> { files = { "NAME.json" = config; }; expect; ... }: what the
@@ -712,5 +812,6 @@ in
     ++ restartChecks
     ++ nscdChecks
     ++ kernelChecks
-    ++ newOptionChecks;
+    ++ newOptionChecks
+    ++ portForwardingChecks;
 }
