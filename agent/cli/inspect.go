@@ -106,6 +106,9 @@ func printReport(w io.Writer, r *status.Report) {
 		port := "none"
 		if pf.Port != 0 {
 			port = fmt.Sprintf("%d (%s", pf.Port, strings.Join(pf.Protocols, ", "))
+			if pf.ExternalPort != 0 {
+				port += fmt.Sprintf(", public port %d", pf.ExternalPort)
+			}
 			if !pf.Expires.IsZero() {
 				port += ", lease until " + pf.Expires.Format(time.RFC3339)
 			}

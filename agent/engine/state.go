@@ -10,7 +10,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/policy"
+	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
 
 // State is what the agent records about a namespace it manages, in
@@ -40,42 +40,7 @@ type State struct {
 	// Liveness is the running agent's view of the tunnel.
 	Liveness *Liveness `json:"liveness,omitempty"`
 	// PortForward is the running agent's provider port forwarding.
-	PortForward *PortForward `json:"portForward,omitempty"`
-}
-
-// PortForward is the state of provider port forwarding, recorded when it
-// changes. It holds no credentials.
-type PortForward struct {
-	// State: "requesting", "mapped", "gateway not answering" or "lost".
-	State     string   `json:"state"`
-	Gateway   string   `json:"gateway,omitempty"`
-	Port      uint16   `json:"port"` // the forwarded (external) port; 0: none
-	Internal  uint16   `json:"internalPort,omitempty"`
-	Protocols []string `json:"protocols,omitempty"`
-	// Expires is when the lease runs out unless renewed.
-	Expires time.Time `json:"expires,omitzero"`
-	Error   string    `json:"error,omitempty"`
-	// Pushes names each application the port was not yet handed to, with
-	// why ("" once every push succeeded).
-	Pending []string `json:"pending,omitempty"`
-}
-
-// Forwarded is what the kill switch's forwarded-port sets hold while p
-// is recorded: its port, for each protocol, or nothing.
-func (p *PortForward) Forwarded() policy.Forwarded {
-	var f policy.Forwarded
-	if p == nil || p.Port == 0 {
-		return f
-	}
-	for _, proto := range p.Protocols {
-		switch proto {
-		case "tcp":
-			f.TCP = []uint16{p.Port}
-		case "udp":
-			f.UDP = []uint16{p.Port}
-		}
-	}
-	return f
+	PortForward *portforward.Status `json:"portForward,omitempty"`
 }
 
 // ReloadResult is what a reload did: the config it read (Digest), the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -249,7 +250,7 @@ func endpointOf(s *config.Spec) string {
 
 // RecordPortForward writes the daemon's port forwarding into the state
 // file, for status. Unchanged: no write.
-func (e *Engine) RecordPortForward(inst *Instance, p *PortForward) error {
+func (e *Engine) RecordPortForward(inst *Instance, p *portforward.Status) error {
 	if inst.state != nil && reflect.DeepEqual(inst.state.PortForward, p) {
 		return nil
 	}

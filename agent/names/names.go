@@ -88,6 +88,10 @@ func ForwardState(id uint64) string {
 // handshake was first seen (health tells an idle tunnel from a dead peer).
 func TxMarks(ns string) string { return filepath.Join(StateDir(ns), "txmarks.json") }
 
+// ForwardedPort holds the port the provider forwards, a number and a
+// newline, while a lease lives (removed when it is lost).
+func ForwardedPort(ns string) string { return filepath.Join(StateDir(ns), "forwarded_port") }
+
 // AgentLog is the log of the detached agent `up` starts for namespace ns.
 func AgentLog(ns string) string { return filepath.Join(StateDir(ns), "agent.log") }
 

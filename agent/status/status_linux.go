@@ -15,6 +15,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
 
 // Report is one namespace's status.
@@ -40,7 +41,7 @@ type Report struct {
 	// ForwardedPort is the port the provider forwards (0: none);
 	// PortForward the running agent's port forwarding, when configured.
 	ForwardedPort uint16              `json:"forwardedPort"`
-	PortForward   *engine.PortForward `json:"portForward,omitempty"`
+	PortForward   *portforward.Status `json:"portForward,omitempty"`
 }
 
 // Server is the active server: its index in the pool, its wg-quick file
