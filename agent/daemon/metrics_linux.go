@@ -7,6 +7,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
 	"github.com/vpn-confinement/vpn-confinement/agent/metrics"
+	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
 
 // monitor is the daemon's side of metrics.listen: it listens before Up
@@ -80,6 +81,13 @@ func (mo *monitor) liveness(l *Liveness) {
 		mo.m.ProbeFailed()
 	}
 	mo.seen = now
+}
+
+// portForwarded publishes the port forwarding's status.
+func (mo *monitor) portForwarded(s portforward.Status) {
+	if mo != nil {
+		mo.m.PortForwarded(s)
+	}
 }
 
 func (mo *monitor) stop() {

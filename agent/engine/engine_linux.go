@@ -73,6 +73,9 @@ type Instance struct {
 	// forwarded is what the kill switch's forwarded-port sets hold; only
 	// the daemon's goroutine changes it (SetForwarded, Switch).
 	forwarded policy.Forwarded
+	// forwardGen counts the times the engine emptied those sets itself
+	// (a failover, a rebuild): a lease granted before is gone with them.
+	forwardGen uint64
 	state     *State // the state file as last written
 }
 
@@ -150,6 +153,9 @@ func (e *Engine) Rebuild(ctx context.Context, inst *Instance) error {
 		inst.Tunnel = nil
 	}
 	inst.applied = nil
+	// The new kill switch's forwarded-port sets are empty.
+	inst.forwarded = policy.Forwarded{}
+	inst.forwardGen++
 	return e.build(ctx, inst)
 }
 

@@ -34,7 +34,12 @@ func applyPolicy(fw firewall, s *config.Spec, fwd policy.Forwarded, fresh bool) 
 // sets (the provider's port while its lease lives; zero closes them), in
 // one netlink batch that adds and removes elements and touches nothing
 // else. Repairs and reloads keep what it set.
-func (e *Engine) SetForwarded(inst *Instance, f policy.Forwarded) error {
+// gen is the generation the lease was granted in (ForwardGen): a lease of
+// the server before a failover is refused, changing nothing.
+func (e *Engine) SetForwarded(inst *Instance, gen uint64, f policy.Forwarded) error {
+	if gen != inst.forwardGen {
+		return fmt.Errorf("namespace %s: the server changed since the lease was granted; nothing opened", inst.Spec.Name)
+	}
 	if inst.Spec.PortForward == nil {
 		return fmt.Errorf("namespace %s: port forwarding is not configured", inst.Spec.Name)
 	}
@@ -47,6 +52,10 @@ func (e *Engine) SetForwarded(inst *Instance, f policy.Forwarded) error {
 
 // Forwarded is what the kill switch's forwarded-port sets hold.
 func (inst *Instance) Forwarded() policy.Forwarded { return inst.forwarded }
+
+// ForwardGen is the generation of the forwarded-port sets: it changes
+// whenever the engine empties them itself (a failover, a rebuild).
+func (inst *Instance) ForwardGen() uint64 { return inst.forwardGen }
 
 func applyHostPolicy(fw firewall, s *config.Spec) error {
 	return fw.Apply(policy.CompileHost(s), "")

@@ -21,7 +21,7 @@ func TestForwardedPorts(t *testing.T) {
 	}
 	sw, e, inst, _ := upSwitchFakeWith(t, p)
 	open := policy.Forwarded{TCP: []uint16{40001}, UDP: []uint16{40001}}
-	if err := e.SetForwarded(inst, open); err != nil {
+	if err := e.SetForwarded(inst, inst.ForwardGen(), open); err != nil {
 		t.Fatal(err)
 	}
 	if sw.fwd != open.String() || !inst.Forwarded().Equal(open) {
@@ -51,13 +51,20 @@ func TestForwardedPorts(t *testing.T) {
 	if sw.fwd != "none" || !inst.Forwarded().IsZero() {
 		t.Fatalf("after the switch the old server's port is still open: kill switch %s, instance %s", sw.fwd, inst.Forwarded())
 	}
+	// A lease the old server granted, arriving late, opens nothing.
+	if err := e.SetForwarded(inst, 0, open); err == nil || sw.fwd != "none" {
+		t.Fatalf("a lease of the previous server was opened (err %v, kill switch %s)", err, sw.fwd)
+	}
+	if err := e.SetForwarded(inst, inst.ForwardGen(), open); err != nil || sw.fwd != open.String() {
+		t.Fatalf("the new server's lease: err %v, kill switch %s", err, sw.fwd)
+	}
 	if len(sw.violations) > 0 {
 		t.Fatalf("violations: %v", sw.violations)
 	}
 
 	// Without port forwarding there is nothing to open.
 	_, e2, plain := upFake(t)
-	if err := e2.SetForwarded(plain, open); err == nil {
+	if err := e2.SetForwarded(plain, plain.ForwardGen(), open); err == nil {
 		t.Fatal("SetForwarded without portForwarding succeeded")
 	}
 }

@@ -190,6 +190,7 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 		return fmt.Errorf("switch to server %d: %w", next.Server, err)
 	}
 	inst.Spec, inst.applied, inst.state, inst.forwarded = next, &cfg, st, policy.Forwarded{}
+	inst.forwardGen++
 	log.Info("switched server", "server", next.Server, "config", next.ConfigFile(), "endpoint", endpointOf(next))
 	return nil
 }

@@ -32,13 +32,24 @@ var (
 		"The active server: its wg-quick config file (empty for structured options) and peer endpoint(s); value 1.", "config_file", "endpoint")
 	descProbe = desc("probe_failures_total",
 		"Failed health probes through the tunnel.")
+	descFwdPort = desc("forwarded_port",
+		"The port the provider forwards to the namespace (NAT-PMP), open in the kill switch while its lease lives; 0 when there is none (present only with portForwarding).")
+	descFwdAnswering = desc("port_forwarding_gateway_answering",
+		"1 when the NAT-PMP gateway granted the latest request, 0 when it failed or did not answer.")
+	descFwdRequests = desc("port_forwarding_requests_total",
+		"Mapping requests sent to the NAT-PMP gateway (one per protocol and renewal).")
+	descFwdFailures = desc("port_forwarding_request_failures_total",
+		"Mapping requests that failed or were not answered.")
+	descFwdPending = desc("port_forwarding_pending_pushes",
+		"Applications the forwarded port is not handed to yet (retried with backoff).")
 )
 
 // collector turns one snapshot into samples at scrape time.
 type collector struct{ m *Metrics }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descHandshake, descRx, descTx, descKill, descRepairs, descFailovers, descServer, descProbe} {
+	for _, d := range []*prometheus.Desc{descUp, descHandshake, descRx, descTx, descKill, descRepairs, descFailovers, descServer, descProbe,
+		descFwdPort, descFwdAnswering, descFwdRequests, descFwdFailures, descFwdPending} {
 		ch <- d
 	}
 }
@@ -90,6 +101,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descFailovers, float64(m.failovers.Load()))
 	counter(descProbe, float64(m.probeFails.Load()))
+	if pf := s.PortForward; pf != nil {
+		gauge(descFwdPort, float64(pf.Port))
+		answering := 0.0
+		if pf.Error == "" && pf.Requests > 0 {
+			answering = 1
+		}
+		gauge(descFwdAnswering, answering)
+		counter(descFwdRequests, float64(pf.Requests))
+		counter(descFwdFailures, float64(pf.Failures))
+		gauge(descFwdPending, float64(len(pf.Pending)))
+	}
 	if s.Server >= 0 && s.Server < len(m.servers) {
 		sv := m.servers[s.Server]
 		gauge(descServer, 1, sv.configFile, sv.endpoint)

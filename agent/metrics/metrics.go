@@ -19,6 +19,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
 
 // Snapshot is what one scrape or health request sees.
@@ -27,6 +28,8 @@ type Snapshot struct {
 	At     time.Time      // when it was published
 	Ready  bool           // the namespace is up
 	Server int            // the active server: its index in the pool
+	// PortForward is the port forwarding's latest status (nil: off).
+	PortForward *portforward.Status
 }
 
 // server is what server_info shows of one server of the pool.
@@ -92,6 +95,11 @@ func (m *Metrics) update(f func(*Snapshot)) {
 // be changed afterwards.
 func (m *Metrics) Publish(r *health.Report) {
 	m.update(func(s *Snapshot) { s.Report, s.At = r, time.Now() })
+}
+
+// PortForwarded publishes the port forwarding's status.
+func (m *Metrics) PortForwarded(st portforward.Status) {
+	m.update(func(s *Snapshot) { s.PortForward = &st })
 }
 
 // Ready marks the namespace up (/readyz answers 200 from now on).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
 
 func fakeSpec(t *testing.T) (*config.Spec, string) {
@@ -121,6 +122,49 @@ vpn_confinement_probe_failures_total{namespace="proton"} 1
 	}
 }
 
+// The forwarded port is a value, not a label; the series exist only with
+// port forwarding, and the gateway's silence shows as answering 0.
+func TestPortForwardMetrics(t *testing.T) {
+	s, _ := fakeSpec(t)
+	m := New(s)
+	c := collector{m}
+	if n := testutil.CollectAndCount(c, "vpn_confinement_forwarded_port"); n != 0 {
+		t.Fatalf("%d forwarded_port series without port forwarding", n)
+	}
+	m.PortForwarded(portforward.Status{State: portforward.StateMapped, Port: 40001, Protocols: []string{"tcp", "udp"}, Requests: 4, Pending: []string{"qbittorrent: refused"}})
+	want := `
+# HELP vpn_confinement_forwarded_port The port the provider forwards to the namespace (NAT-PMP), open in the kill switch while its lease lives; 0 when there is none (present only with portForwarding).
+# TYPE vpn_confinement_forwarded_port gauge
+vpn_confinement_forwarded_port{namespace="proton"} 40001
+# HELP vpn_confinement_port_forwarding_gateway_answering 1 when the NAT-PMP gateway granted the latest request, 0 when it failed or did not answer.
+# TYPE vpn_confinement_port_forwarding_gateway_answering gauge
+vpn_confinement_port_forwarding_gateway_answering{namespace="proton"} 1
+# HELP vpn_confinement_port_forwarding_pending_pushes Applications the forwarded port is not handed to yet (retried with backoff).
+# TYPE vpn_confinement_port_forwarding_pending_pushes gauge
+vpn_confinement_port_forwarding_pending_pushes{namespace="proton"} 1
+`
+	names := []string{"vpn_confinement_forwarded_port", "vpn_confinement_port_forwarding_gateway_answering", "vpn_confinement_port_forwarding_pending_pushes"}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	m.PortForwarded(portforward.Status{State: portforward.StateNotAnswering, Requests: 9, Failures: 5, Error: "map udp: timeout"})
+	want = `
+# HELP vpn_confinement_forwarded_port The port the provider forwards to the namespace (NAT-PMP), open in the kill switch while its lease lives; 0 when there is none (present only with portForwarding).
+# TYPE vpn_confinement_forwarded_port gauge
+vpn_confinement_forwarded_port{namespace="proton"} 0
+# HELP vpn_confinement_port_forwarding_gateway_answering 1 when the NAT-PMP gateway granted the latest request, 0 when it failed or did not answer.
+# TYPE vpn_confinement_port_forwarding_gateway_answering gauge
+vpn_confinement_port_forwarding_gateway_answering{namespace="proton"} 0
+# HELP vpn_confinement_port_forwarding_request_failures_total Mapping requests that failed or were not answered.
+# TYPE vpn_confinement_port_forwarding_request_failures_total counter
+vpn_confinement_port_forwarding_request_failures_total{namespace="proton"} 5
+`
+	names = []string{"vpn_confinement_forwarded_port", "vpn_confinement_port_forwarding_gateway_answering", "vpn_confinement_port_forwarding_request_failures_total"}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestUnhealthyAndBeforeFirstCheck(t *testing.T) {
 	s, _ := fakeSpec(t)
 	m := New(s)
@@ -194,6 +238,7 @@ func TestPromtool(t *testing.T) {
 	r := healthyReport()
 	m.Publish(r)
 	m.Repaired(health.TunnelMissing)
+	m.PortForwarded(portforward.Status{State: portforward.StateMapped, Port: 40001, Requests: 2})
 	text := exposition(t, m)
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = strings.NewReader(text)
