@@ -228,6 +228,9 @@ func (g *Gateway) mapping(k leaseKey, suggested uint16, life uint32, now time.Ti
 	g.log.add(Event{Kind: EvNATPMP, Net: proto, Src: k.client.String(), Dst: netip.AddrPortFrom(g.public, m.ExternalPort).String(),
 		Msg: fmt.Sprintf("%s internal %d -> %s for %ds", verb, k.internal, netip.AddrPortFrom(m.Client, m.TargetPort), granted)})
 	if err := g.applyLocked(now); err != nil {
+		if !renew {
+			delete(g.leases, k) // never installed
+		}
 		return 3, 0, 0
 	}
 	return 0, m.ExternalPort, granted
