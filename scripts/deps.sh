@@ -12,6 +12,11 @@ have wg       || need+=(wireguard-tools)
 have ping     || need+=(iputils-ping)
 have getent   || need+=(libc-bin)
 have nsenter  || need+=(util-linux)
+# natpmpc (libnatpmp) checks the provider's NAT-PMP gateway against a real client.
+have natpmpc  || need+=(natpmpc)
+# The port-forwarding pushers' tests run the real applications.
+have transmission-daemon || need+=(transmission-daemon)
+have qbittorrent-nox     || need+=(qbittorrent-nox)
 # promtool checks the metrics exposition; prometheus scrapes the agent in e2e.
 { have promtool && have prometheus; } || need+=(prometheus)
 have nix-instantiate || need+=(nix-bin)

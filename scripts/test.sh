@@ -44,6 +44,7 @@ step "fuzz the parsers"
 ft=${VPNC_FUZZTIME:-100000x}
 go test ./agent/wgquick -run '^$' -fuzz '^FuzzParse$' -fuzztime "$ft"
 go test ./agent/config -run '^$' -fuzz '^FuzzConfig$' -fuzztime "$ft"
+go test ./agent/natpmp -run '^$' -fuzz '^FuzzResponse$' -fuzztime "$ft"
 
 step "nix: parse every .nix file, check vendorHash"
 .ci/nix-check.sh

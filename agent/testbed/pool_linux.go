@@ -94,6 +94,17 @@ func (p *Provider2) Config(log string) *provider.Config {
 	}
 }
 
+// NATPMP returns a NAT-PMP gateway for the second provider's Config:
+// requests to Prov2Tunnel4:5351, leases forward Endpoint2:P; its ports
+// come from 50000 upwards, so a port names the provider that gave it.
+func (p *Provider2) NATPMP(style string) *provider.NATPMP {
+	var ports []int
+	for i := range 1000 {
+		ports = append(ports, 50000+i)
+	}
+	return &provider.NATPMP{Listen: netip.AddrPortFrom(Prov2Tunnel4, NATPMPPort).String(), Public: Endpoint2.String(), Style: style, Ports: ports}
+}
+
 // PoolProviderConfig is ProviderConfig with PoolProbe4 on the tunnel side
 // too (TCP echo), so one probe target answers through either provider.
 func (tp *Topology) PoolProviderConfig(log string) *provider.Config {

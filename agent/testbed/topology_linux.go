@@ -160,6 +160,17 @@ func (tp *Topology) ProviderConfig(log string) *provider.Config {
 	return cfg
 }
 
+// NATPMPPort is the NAT-PMP port on the providers' tunnel addresses.
+const NATPMPPort = 5351
+
+// NATPMP returns a NAT-PMP gateway for ProviderConfig's provider, opt-in:
+// cfg.NATPMP = tp.NATPMP(provider.StyleProton). Requests go to
+// ProvTunnel4:5351, leases forward Endpoint4:P into the tunnel; the
+// ports come from 40000 upwards. Set Control for a provider process.
+func (tp *Topology) NATPMP(style string) *provider.NATPMP {
+	return &provider.NATPMP{Listen: netip.AddrPortFrom(ProvTunnel4, NATPMPPort).String(), Public: Endpoint4.String(), Style: style}
+}
+
 // TunnelServices are the provider's servers on its tunnel addresses: the
 // zone answering TargetName with them, and DNS, TCP and UDP echo listen
 // addresses.

@@ -44,6 +44,8 @@ type Config struct {
 	// a client socket to a listening port (to send from it, as a reply
 	// would).
 	ReusePort bool `json:"reusePort,omitempty"`
+	// NATPMP runs a NAT-PMP gateway (port forwarding) if set.
+	NATPMP *NATPMP `json:"natpmp,omitempty"`
 }
 
 // WireGuard configures the WireGuard device.
@@ -88,6 +90,9 @@ const (
 	EvTCP   = "tcp"   // one accepted TCP connection (echo)
 	EvUDP   = "udp"   // one UDP datagram (echo)
 	EvError = "error" // a server or device error
+	// EvNATPMP is one NAT-PMP event: a request answered or dropped, a
+	// lease granted, renewed, deleted, expired or moved, a control used.
+	EvNATPMP = "natpmp"
 )
 
 // Event is one log line.

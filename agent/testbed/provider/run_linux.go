@@ -17,6 +17,7 @@ import (
 type Provider struct {
 	log     *eventLog
 	wg      io.Closer
+	natpmp  *Gateway
 	closers []io.Closer
 	serving sync.WaitGroup
 }
@@ -44,6 +45,12 @@ func (p *Provider) start(cfg *Config) (err error) {
 		if p.wg, err = startWireGuard(cfg.WireGuard, log); err != nil {
 			return err
 		}
+	}
+	if cfg.NATPMP != nil { // after the device: it listens on a tunnel address
+		if p.natpmp, err = startNATPMP(cfg.NATPMP, log); err != nil {
+			return err
+		}
+		p.closers = append(p.closers, p.natpmp)
 	}
 	zone, err := parseZone(cfg.Zone)
 	if err != nil {
@@ -95,6 +102,9 @@ func (p *Provider) serve(c io.Closer, fn func()) {
 	p.serving.Add(1)
 	go func() { defer p.serving.Done(); fn() }()
 }
+
+// NATPMP is the NAT-PMP gateway's controls; nil without Config.NATPMP.
+func (p *Provider) NATPMP() *Gateway { return p.natpmp }
 
 // StopWireGuard takes the WireGuard device down, as a dead VPN server;
 // the servers keep running.

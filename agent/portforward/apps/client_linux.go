@@ -1,0 +1,69 @@
+package apps
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+)
+
+// Timeouts of NamespaceHTTPClient.
+const (
+	dialTimeout    = 5 * time.Second
+	headerTimeout  = 10 * time.Second
+	requestTimeout = 15 * time.Second
+)
+
+// NamespaceHTTPClient is an HTTP client whose connections are made inside
+// namespace ns: each socket is created on a thread in ns (netns.Do), so
+// it stays there for its whole life, and 127.0.0.1 is the namespace's
+// loopback. It resolves no names (a lookup would leave from the host):
+// the URL's host must be an IP address or localhost (127.0.0.1). It uses
+// no proxy, follows no redirect, keeps no idle connection, and bounds
+// every request (dial 5 s, answer 10 s, all of it 15 s).
+func NamespaceHTTPClient(ns string) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:                  nil,
+			DialContext:            namespaceDialer(ns),
+			TLSHandshakeTimeout:    dialTimeout,
+			ResponseHeaderTimeout:  headerTimeout,
+			DisableKeepAlives:      true,
+			MaxResponseHeaderBytes: 64 << 10,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       requestTimeout,
+	}
+}
+
+func namespaceDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		if host == "localhost" {
+			host = "127.0.0.1"
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: want an IP address or localhost (names are not resolved: a lookup would leave from the host)", addr)
+		}
+		var c net.Conn
+		err = netns.Do(ns, func() (err error) {
+			// An IP address: the dialer creates the socket on this
+			// goroutine, so on this thread, in ns.
+			d := net.Dialer{Timeout: dialTimeout}
+			c, err = d.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("in netns %s: %w", ns, err)
+		}
+		return c, nil
+	}
+}

@@ -1,0 +1,60 @@
+package apps
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// waitDelay bounds the wait for the command's output once it has exited
+// or been killed: a process that left the group cannot hold the caller
+// by keeping the output pipe open.
+const waitDelay = 2 * time.Second
+
+// NamespaceRunner runs argv inside namespace ns the way `vpn-agent exec
+// NS -- argv` does (the network namespace, and the namespace's
+// resolv.conf and nsswitch.conf bound over the host's in a private mount
+// namespace), by starting agentExe (the agent's own executable, e.g.
+// os.Executable()) with its exec subcommand. It runs as the agent does
+// (root), in its own process group with stdin /dev/null and the working
+// directory /; when ctx is done the whole group is killed. Its output is
+// kept for a *CommandError.
+func NamespaceRunner(agentExe, ns string) RunFunc {
+	return func(ctx context.Context, argv, env []string) error {
+		args := append([]string{"exec", ns, "--"}, argv...)
+		return runGroup(ctx, agentExe, args, env)
+	}
+}
+
+// runGroup runs path with args in a process group of its own, killed
+// whole when ctx is done.
+func runGroup(ctx context.Context, path string, args, env []string) error {
+	out := &boundedBuffer{max: MaxOutput}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = env
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = waitDelay
+	err := cmd.Run()
+	if err == nil || errors.Is(err, exec.ErrWaitDelay) {
+		// ErrWaitDelay: it exited 0, and something it started still
+		// holds its output; the run is done.
+		return nil
+	}
+	ce := &CommandError{Code: -1, Output: out.buf, Truncated: out.dropped, Err: err}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		ce.Code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ce.Signal = ws.Signal().String()
+		}
+	}
+	if ctx.Err() != nil {
+		ce.TimedOut = true
+	}
+	return ce
+}
