@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -64,6 +65,18 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		o.Liveness = &Liveness{}
 	}
 	fo := newFailover(eng, inst, o.Liveness, log)
+	// mu is held while an event changes inst; the port-forwarding manager
+	// takes it for its own changes (portforward_linux.go).
+	var mu sync.Mutex
+	fwd, err := startForwarding(eng, inst, &mu, mon, log)
+	if err != nil {
+		Notify("STOPPING=1")
+		return errors.Join(err, teardown(eng, inst, log))
+	}
+	stop := func() error {
+		fwd.stop() // announces the port lost while the namespace is still there
+		return teardown(eng, inst, log)
+	}
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
 	var wd <-chan time.Time
@@ -71,6 +84,14 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		t := time.NewTicker(iv)
 		defer t.Stop()
 		wd = t.C
+	}
+	// locked runs one event's work under mu, then hands the manager a
+	// new generation if a failover or rebuild emptied the forwarded sets.
+	locked := func(f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		f()
+		fwd.sync(inst)
 	}
 	for {
 		var dead <-chan struct{}
@@ -80,38 +101,46 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(ctx, eng, inst, o.Load, log)
+				locked(func() { reload(ctx, eng, inst, o.Load, log) })
 				continue
 			}
 			log.Info("stopping", "signal", sig.String())
 			Notify("STOPPING=1")
-			return teardown(eng, inst, log)
+			return stop()
 		case <-ctx.Done():
 			Notify("STOPPING=1")
-			return errors.Join(ctx.Err(), teardown(eng, inst, log))
+			return errors.Join(ctx.Err(), stop())
 		case <-dead:
-			log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
-			rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
-			mon.observe(inst)
-			mon.repaired(rep, repair(ctx, eng, inst, rep, log))
+			locked(func() {
+				log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
+				rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
+				mon.observe(inst)
+				mon.repaired(rep, repair(ctx, eng, inst, rep, log))
+			})
 		case <-tick.C:
-			rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
-			mon.observe(inst)
-			mon.repaired(rep, repair(ctx, eng, inst, rep, log))
-			// Mark the tx counter soon after each handshake is due for
-			// renewal, so that status can tell an idle tunnel from a peer
-			// that stopped answering.
-			health.SampleTx(inst.Spec.Name, inst.Spec.Interface)
-			fo.tick(ctx) // failover_linux.go: dead tunnels, drift, the pool
-			mon.liveness(o.Liveness)
+			locked(func() {
+				rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
+				mon.observe(inst)
+				mon.repaired(rep, repair(ctx, eng, inst, rep, log))
+				// Mark the tx counter soon after each handshake is due for
+				// renewal, so that status can tell an idle tunnel from a peer
+				// that stopped answering.
+				health.SampleTx(inst.Spec.Name, inst.Spec.Interface)
+				fo.tick(ctx) // failover_linux.go: dead tunnels, drift, the pool
+				mon.liveness(o.Liveness)
+			})
 		case r := <-fo.results:
-			fo.probed(ctx, r)
-			mon.liveness(o.Liveness)
+			locked(func() {
+				fo.probed(ctx, r)
+				mon.liveness(o.Liveness)
+			})
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
-			if health.Check(inst.Spec, inst.Tunnel, inst.Forwarded()).Healthy() {
-				Notify("WATCHDOG=1")
-			}
+			locked(func() {
+				if health.Check(inst.Spec, inst.Tunnel, inst.Forwarded()).Healthy() {
+					Notify("WATCHDOG=1")
+				}
+			})
 		}
 	}
 }

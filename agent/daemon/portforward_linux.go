@@ -34,13 +34,13 @@ func startForwarding(eng *engine.Engine, inst *engine.Instance, mu *sync.Mutex, 
 	if spec == nil {
 		return nil, nil
 	}
-	apps, onChange, err := pushers(inst.Spec)
+	appList, onChange, err := pushers(inst.Spec)
 	if err != nil {
 		return nil, err
 	}
 	host := &pfHost{eng: eng, inst: inst, mu: mu, mon: mon, log: log}
 	m := portforward.New(portforward.Options{
-		Spec: spec, Host: host, Apps: apps, OnChange: onChange, Log: log,
+		Spec: spec, Host: host, Apps: appList, OnChange: onChange, Log: log,
 		Dial:      gatewayDialer(inst.Spec.Name),
 		Restarted: gatewayRestarted,
 	})

@@ -30,6 +30,10 @@ type Options struct {
 	// NoProvider leaves the WireGuard provider stopped (start it with
 	// Provider.Start).
 	NoProvider bool
+	// NATPMP, if set, gives the provider a NAT-PMP gateway of this style
+	// (provider.StyleProton, provider.StyleRFC) on its tunnel address,
+	// controlled through Topo.Gateway.
+	NATPMP string
 }
 
 // Topo is one topology with its processes. All fields are read-only.
@@ -37,6 +41,8 @@ type Topo struct {
 	*testbed.Topology
 	Dir             string // configs, keys, logs (mode 0700)
 	Provider, Decoy *Process
+	// Gateway controls the provider's NAT-PMP gateway (Options.NATPMP).
+	Gateway provider.NATPMPControl
 }
 
 // New builds a topology, starts the decoy and (unless opts.NoProvider) the
@@ -70,7 +76,13 @@ func New(t testing.TB, opts Options) *Topo {
 	if err := tp.Decoy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if tp.Provider, err = tp.process("provider", tp.Prov, opts.ProviderBin, tp.ProviderConfig(filepath.Join(tp.Dir, "provider.log"))); err != nil {
+	pc := tp.ProviderConfig(filepath.Join(tp.Dir, "provider.log"))
+	if opts.NATPMP != "" {
+		pc.NATPMP = tp.NATPMP(opts.NATPMP)
+		pc.NATPMP.Control = filepath.Join(tp.Dir, "natpmp.sock")
+		tp.Gateway = provider.DialNATPMP(pc.NATPMP.Control)
+	}
+	if tp.Provider, err = tp.process("provider", tp.Prov, opts.ProviderBin, pc); err != nil {
 		t.Fatal(err)
 	}
 	if !opts.NoProvider {
