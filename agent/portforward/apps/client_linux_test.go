@@ -60,6 +60,10 @@ func TestNamespaceHTTPClient(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "want an IP address or localhost") {
 		t.Fatalf("a host name: %v", err)
 	}
+	// A namespace that is not there: an error, no connection elsewhere.
+	if _, err := get(NamespaceHTTPClient("pfnotup"), "http://127.0.0.1:"+port); err == nil || !strings.Contains(err.Error(), `open netns "pfnotup"`) {
+		t.Fatalf("client of no namespace: %v", err)
+	}
 	// The caller's context bounds a request.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

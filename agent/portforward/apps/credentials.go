@@ -35,16 +35,22 @@ const CredentialsField = "credentialsFile"
 // ReadCredentials reads a credentials file: one line username:password,
 // split at the first colon, a trailing newline trimmed. The file is
 // checked as the agent's keys are (root's, mode 0600 or stricter: see
-// config.ReadSecret). Errors are *config.FieldError naming the path,
-// never the content.
+// config.ReadSecret). Errors are *config.FieldError naming
+// CredentialsField and the path, never the content.
 func ReadCredentials(path string) (Credentials, error) {
-	data, err := config.ReadSecret(CredentialsField, path)
+	return ReadCredentialsFor(CredentialsField, path)
+}
+
+// ReadCredentialsFor is ReadCredentials whose errors name field (e.g.
+// "portForwarding.qbittorrent.credentialsFile").
+func ReadCredentialsFor(field, path string) (Credentials, error) {
+	data, err := config.ReadSecret(field, path)
 	if err != nil {
 		return Credentials{}, err
 	}
 	c, msg := parseCredentials(data)
 	if msg != "" {
-		return Credentials{}, &config.FieldError{Field: CredentialsField, Msg: path + ": " + msg, Fix: "write one line username:password"}
+		return Credentials{}, &config.FieldError{Field: field, Msg: path + ": " + msg, Fix: "write one line username:password"}
 	}
 	return c, nil
 }

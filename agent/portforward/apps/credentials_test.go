@@ -73,6 +73,12 @@ func TestReadCredentialsRefuses(t *testing.T) {
 	if _, err := ReadCredentials(filepath.Join(t.TempDir(), "absent")); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("absent file: %v", err)
 	}
+	const field = "portForwarding.qbittorrent.credentialsFile"
+	for _, p := range []string{p, writeCreds(t, "no colon", 0o600)} {
+		if _, err := ReadCredentialsFor(field, p); err == nil || !strings.HasPrefix(err.Error(), field+": "+p) {
+			t.Fatalf("ReadCredentialsFor: %v, want the error to name %s and %s", err, field, p)
+		}
+	}
 	if os.Geteuid() == 0 {
 		p := writeCreds(t, "alice:"+testPassword, 0o600)
 		if err := os.Chown(p, 65534, 65534); err != nil {

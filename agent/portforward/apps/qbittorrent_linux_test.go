@@ -28,17 +28,18 @@ func qbPassword(t *testing.T, password string) string {
 }
 
 // startQBittorrent runs qbittorrent-nox in ns with a profile in dir (made
-// when dir is ""), its Web UI on 127.0.0.1:8080 for user:password. The
-// legal notice is accepted in the config: 4.5 has no
-// --confirm-legal-notice and would wait for a key press.
-func startQBittorrent(t *testing.T, ns, dir, user, password string) (*daemon, string, string) {
+// when dir is ""), its Web UI on 127.0.0.1:8080 for user:password, plus
+// the Preferences lines extra. The legal notice is accepted in the
+// config: 4.5 has no --confirm-legal-notice and would wait for a key
+// press.
+func startQBittorrent(t *testing.T, ns, dir, user, password, extra string) (*daemon, string, string) {
 	bin := needTool(t, "qbittorrent-nox")
 	if dir == "" {
 		dir = t.TempDir()
 		conf := "[LegalNotice]\nAccepted=true\n\n" +
 			"[BitTorrent]\nSession\\Port=51413\n\n" +
 			"[Preferences]\nWebUI\\Address=127.0.0.1\nWebUI\\Port=8080\n" +
-			"WebUI\\Username=" + user + "\nWebUI\\Password_PBKDF2=" + qbPassword(t, password) + "\n"
+			"WebUI\\Username=" + user + "\nWebUI\\Password_PBKDF2=" + qbPassword(t, password) + "\n" + extra
 		writeFile(t, filepath.Join(dir, "qBittorrent", "config", "qBittorrent.conf"), []byte(conf))
 	}
 	d := startIn(t, ns, []string{"HOME=" + dir}, bin, "--profile="+dir)
@@ -80,7 +81,7 @@ func TestQBittorrentPush(t *testing.T) {
 	ns := newNS(t)
 	creds := Credentials{User: "alice", Password: testPassword}
 	c := NamespaceHTTPClient(ns)
-	d, url, dir := startQBittorrent(t, ns, "", creds.User, creds.Password)
+	d, url, dir := startQBittorrent(t, ns, "", creds.User, creds.Password, "")
 	// Positive control for the read back and the listening check.
 	if got := qbPreferences(t, c, url, creds); got != (qbPrefs{ListenPort: 51413, UPnP: true}) {
 		t.Fatalf("preferences before any push: %+v, want port 51413 and UPnP on", got)
@@ -117,11 +118,25 @@ func TestQBittorrentPush(t *testing.T) {
 	// qBittorrent restarted: the pusher's session is gone, it logs in
 	// again (once) and the push goes through.
 	d.stop()
-	d, _, _ = startQBittorrent(t, ns, dir, "", "")
+	d, _, _ = startQBittorrent(t, ns, dir, "", "", "")
 	if err := p.Push(ctx, 41014, nil); err != nil {
 		t.Fatalf("push after a restart: %v", err)
 	}
 	checkQBittorrent(t, d, c, url, creds, 41014)
+}
+
+// TestQBittorrentLocalHostBypass: qBittorrent set to let localhost in
+// without a login ("Bypass authentication for clients on localhost"),
+// the pusher without credentials.
+func TestQBittorrentLocalHostBypass(t *testing.T) {
+	ns := newNS(t)
+	creds := Credentials{User: "alice", Password: testPassword}
+	c := NamespaceHTTPClient(ns)
+	d, url, _ := startQBittorrent(t, ns, "", creds.User, creds.Password, "WebUI\\LocalHostAuth=false\n")
+	if err := NewQBittorrent(url, nil, c).Push(context.Background(), 41031, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkQBittorrent(t, d, c, url, creds, 41031)
 }
 
 // TestQBittorrentNotStarted: nothing listens yet, an error to retry.

@@ -135,6 +135,9 @@ func TestNamespaceRunner(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != 127 || !strings.Contains(err.Error(), "command not found") {
 		t.Fatalf("absent command: %v", err)
 	}
+	// A command that does not finish: killed at the timeout with what
+	// it started.
+	checkKilledAtTimeout(t, NamespaceRunner(agent, ns))
 	// The namespace is gone: vpn-agent exec says so.
 	err = NewCommand([]string{script, rec}, NamespaceRunner(agent, "pfnotup")).Push(ctx, 41021, nil)
 	if !errors.As(err, &ce) || ce.Code != 2 || !strings.Contains(err.Error(), "namespace pfnotup is not up") {

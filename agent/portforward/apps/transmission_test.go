@@ -139,6 +139,7 @@ func TestTransmissionErrors(t *testing.T) {
 // its URL).
 func checkAppErr(t *testing.T, err error, prefix string) {
 	t.Helper()
+	t.Logf("error: %v", err)
 	checkOneLineNoSecret(t, err)
 	if !strings.HasPrefix(err.Error(), prefix+": ") {
 		t.Errorf("error %q does not start with %q", err, prefix)
