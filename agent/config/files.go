@@ -134,13 +134,6 @@ func fixMode(perm, deny os.FileMode) string { return fmt.Sprintf("%o", perm&^den
 // is never logged or echoed.
 func readSecret(field, path string) ([]byte, error) { return readTrusted(path, secretRule(field)) }
 
-// ReadSecret reads a secret file for another package (an application's
-// credentials) as the agent reads its keys: every symbolic link on the
-// way and the file itself root's, the file regular, mode 0600 or
-// stricter, at most 1 MiB. Errors are *FieldError naming field and the
-// path, never the content.
-func ReadSecret(field, path string) ([]byte, error) { return readSecret(field, path) }
-
 func unwrapPathErr(err error) error {
 	var pe *os.PathError
 	if errors.As(err, &pe) {

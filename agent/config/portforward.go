@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -133,13 +134,33 @@ func resolveApp(field string, a *App, example string, opts Options) (*AppSpec, e
 	if err != nil {
 		return nil, err
 	}
-	line := strings.TrimRight(string(data), "\r\n")
-	user, pass, ok := strings.Cut(line, ":")
-	if !ok || user == "" || strings.ContainsAny(line, "\r\n") {
-		return nil, fieldErr(cf, `write one line "username:password"`, "%s is not in that form", a.CredentialsFile)
+	user, pass, msg := parseCredentials(data)
+	if msg != "" {
+		return nil, fieldErr(cf, `write one line "username:password"`, "%s: %s", a.CredentialsFile, msg)
 	}
 	as.User, as.Password = user, pass
 	return as, nil
+}
+
+// parseCredentials splits one line "username:password" at the first
+// colon (a trailing newline trimmed), or says what is wrong in words that
+// echo none of it.
+func parseCredentials(data []byte) (user, pass, msg string) {
+	data = bytes.TrimSuffix(data, []byte("\n"))
+	data = bytes.TrimSuffix(data, []byte("\r"))
+	if bytes.ContainsAny(data, "\r\n") {
+		return "", "", "more than one line"
+	}
+	u, p, ok := bytes.Cut(data, []byte(":"))
+	switch {
+	case len(data) == 0:
+		return "", "", "empty"
+	case !ok:
+		return "", "", "no colon between username and password"
+	case len(u) == 0:
+		return "", "", "empty username"
+	}
+	return string(u), string(p), ""
 }
 
 // redactURL drops a userinfo part, so that an error never echoes a

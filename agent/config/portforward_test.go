@@ -82,6 +82,32 @@ func TestPortForwarding(t *testing.T) {
 		}
 	}
 
+	// A credentials file is one line "username:password"; what is wrong
+	// with it is said without echoing it.
+	for _, tc := range []struct{ content, user, pass, msg string }{
+		{"alice:pa:55\n", "alice", "pa:55", ""},
+		{"alice:pa55\r\n", "alice", "pa55", ""},
+		{"bob:", "bob", "", ""},
+		{"", "", "", "empty"},
+		{"alice-pa55", "", "", "no colon"},
+		{":pa55", "", "", "empty username"},
+		{"alice:pa55\nmore", "", "", "more than one line"},
+	} {
+		write(t, creds, tc.content, 0o600)
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc", "credentialsFile": creds}}
+		s, err := resolveJSON(t, m)
+		if tc.msg != "" {
+			wantErr(t, err, "portForwarding.transmission.credentialsFile", tc.msg)
+			if strings.Contains(err.Error(), "pa55") {
+				t.Errorf("%q: the error shows the password: %v", tc.content, err)
+			}
+			continue
+		}
+		if err != nil || s.PortForward.Transmission.User != tc.user || s.PortForward.Transmission.Password != tc.pass {
+			t.Errorf("%q: %v", tc.content, err)
+		}
+	}
+
 	// No IPv4 resolver, no gateway: nothing to default to.
 	m["dns"] = map[string]any{"mode": "tunnel"}
 	m["portForwarding"] = map[string]any{"natpmp": map[string]any{}}
