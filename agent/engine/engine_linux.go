@@ -76,7 +76,7 @@ type Instance struct {
 	// forwardGen counts the times the engine emptied those sets itself
 	// (a failover, a rebuild): a lease granted before is gone with them.
 	forwardGen uint64
-	state     *State // the state file as last written
+	state      *State // the state file as last written
 }
 
 func (e *Engine) log() *slog.Logger {

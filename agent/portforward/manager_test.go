@@ -148,7 +148,7 @@ func start(t *testing.T, style string, lifetime time.Duration) *rig {
 	}
 	r.m = New(Options{
 		Spec: spec, Host: r.host, Apps: []Pusher{r.app}, OnChange: r.cmd, Log: log, Backoff: 10 * time.Millisecond,
-		Dial: func(context.Context, netip.Addr) (Gateway, func(), error) { return r.gw, func() {}, nil },
+		Dial:      func(context.Context, netip.Addr) (Gateway, func(), error) { return r.gw, func() {}, nil },
 		Restarted: func(prev uint32, _ time.Time, epoch uint32, _ time.Time) bool { return epoch < prev },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
