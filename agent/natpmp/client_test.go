@@ -144,13 +144,13 @@ func TestMapIgnoresOtherDatagrams(t *testing.T) {
 	good := mapResponse(2, 0, 9, 6881, 6881, 7200)
 	junk := [][]byte{
 		{},
-		{0, 130, 0},                    // too short
-		good[:12],                      // truncated success
-		append([]byte{1}, good[1:]...), // version 1
-		{0, 2, 0, 0, 0x1a, 0xe1, 0x1a, 0xe1, 0, 0, 0, 60}, // a request, not a response
-		mapResponse(1, 0, 9, 6881, 6881, 7200),            // UDP's answer to a TCP request
-		mapResponse(2, 0, 9, 5000, 5000, 7200),            // another port's (late) answer
-		addrResponse(0, 9, public),                        // the address answer
+		{0, 130, 0}, // too short
+		good[:12],   // truncated success
+		append([]byte{1}, mapResponse(2, 0, 9, 6881, 1111, 60)[1:]...), // version 1
+		{0, 2, 0, 0, 0x1a, 0xe1, 0x1a, 0xe1, 0, 0, 0, 60},              // a request, not a response
+		mapResponse(1, 0, 9, 6881, 2222, 7200),                         // UDP's answer to a TCP request
+		mapResponse(2, 0, 9, 5000, 5000, 7200),                         // another port's (late) answer
+		addrResponse(0, 9, public),                                     // the address answer
 	}
 	g := newFakeGateway(t, func(_ int, req []byte) [][]byte { return append(junk, good) })
 	m, err := g.client(false).Map(ctx(t), TCP, 6881, 6881, 2*time.Hour)
