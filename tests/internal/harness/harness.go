@@ -30,6 +30,9 @@ type Options struct {
 	// NoProvider leaves the WireGuard provider stopped (start it with
 	// Provider.Start).
 	NoProvider bool
+	// NATPMP turns on the provider's NAT-PMP gateway in this style
+	// (provider.StyleProton or StyleRFC); Topo.NATPMP drives it.
+	NATPMP string
 }
 
 // Topo is one topology with its processes. All fields are read-only.
@@ -70,7 +73,12 @@ func New(t testing.TB, opts Options) *Topo {
 	if err := tp.Decoy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if tp.Provider, err = tp.process("provider", tp.Prov, opts.ProviderBin, tp.ProviderConfig(filepath.Join(tp.Dir, "provider.log"))); err != nil {
+	pcfg := tp.ProviderConfig(filepath.Join(tp.Dir, "provider.log"))
+	if opts.NATPMP != "" {
+		pcfg.NATPMP = tp.Topology.NATPMP(opts.NATPMP)
+		pcfg.NATPMP.Control = tp.natpmpControl()
+	}
+	if tp.Provider, err = tp.process("provider", tp.Prov, opts.ProviderBin, pcfg); err != nil {
 		t.Fatal(err)
 	}
 	if !opts.NoProvider {
@@ -80,6 +88,12 @@ func New(t testing.TB, opts Options) *Topo {
 	}
 	return tp
 }
+
+func (tp *Topo) natpmpControl() string { return filepath.Join(tp.Dir, "natpmp.sock") }
+
+// NATPMP drives the provider's NAT-PMP gateway (Options.NATPMP) through
+// its control socket.
+func (tp *Topo) NATPMP() provider.NATPMPControl { return provider.DialNATPMP(tp.natpmpControl()) }
 
 // Exec runs argv in namespace ns and fails t on error.
 func (tp *Topo) Exec(t testing.TB, ns string, argv ...string) string {
