@@ -144,13 +144,13 @@ func TestMapIgnoresOtherDatagrams(t *testing.T) {
 	good := mapResponse(2, 0, 9, 6881, 6881, 7200)
 	junk := [][]byte{
 		{},
-		{0, 130, 0},                    // too short
-		good[:12],                      // truncated success
-		append([]byte{1}, good[1:]...), // version 1
-		{0, 2, 0, 0, 0x1a, 0xe1, 0x1a, 0xe1, 0, 0, 0, 60}, // a request, not a response
-		mapResponse(1, 0, 9, 6881, 6881, 7200),            // UDP's answer to a TCP request
-		mapResponse(2, 0, 9, 5000, 5000, 7200),            // another port's (late) answer
-		addrResponse(0, 9, public),                        // the address answer
+		{0, 130, 0}, // too short
+		good[:12],   // truncated success
+		append([]byte{1}, mapResponse(2, 0, 9, 6881, 1111, 60)[1:]...), // version 1
+		{0, 2, 0, 0, 0x1a, 0xe1, 0x1a, 0xe1, 0, 0, 0, 60},              // a request, not a response
+		mapResponse(1, 0, 9, 6881, 2222, 7200),                         // UDP's answer to a TCP request
+		mapResponse(2, 0, 9, 5000, 5000, 7200),                         // another port's (late) answer
+		addrResponse(0, 9, public),                                     // the address answer
 	}
 	g := newFakeGateway(t, func(_ int, req []byte) [][]byte { return append(junk, good) })
 	m, err := g.client(false).Map(ctx(t), TCP, 6881, 6881, 2*time.Hour)
@@ -208,6 +208,7 @@ func TestGivesUpAfterTries(t *testing.T) {
 func TestContextBoundsTheWait(t *testing.T) {
 	g := newFakeGateway(t, func(int, []byte) [][]byte { return nil })
 	c := g.client(false)
+	c.timeout = 20 * time.Second // only ctx can end a wait early
 
 	dctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -216,11 +217,11 @@ func TestContextBoundsTheWait(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want deadline exceeded", err)
 	}
-	if el := time.Since(start); el > time.Second {
+	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("returned after %v, the deadline was 100 ms", el)
 	}
 
-	// Cancelled without a deadline, in the middle of the 250 ms wait.
+	// Cancelled without a deadline, in the middle of a wait.
 	cctx, cancel2 := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel2)
 	start = time.Now()
@@ -228,7 +229,7 @@ func TestContextBoundsTheWait(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want canceled", err)
 	}
-	if el := time.Since(start); el > 200*time.Millisecond {
+	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("returned %v after being cancelled at 50 ms", el)
 	}
 }
@@ -307,9 +308,11 @@ func TestPortUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	c := NewClient(conn)
+	c.timeout = 20 * time.Second // only the refusal can end the wait early
 	start := time.Now()
-	_, _, err = NewClient(conn).ExternalAddress(ctx(t))
-	if err == nil || time.Since(start) > 200*time.Millisecond {
+	_, _, err = c.ExternalAddress(ctx(t))
+	if err == nil || time.Since(start) > 5*time.Second {
 		t.Fatalf("err = %v after %v, want a refusal at once", err, time.Since(start))
 	}
 }

@@ -196,7 +196,7 @@ func TestPortForwarding(t *testing.T) {
 	waitLines(t, record, []string{fmt.Sprintf("port=40000 protocols=tcp,udp netns=%s", nsInode)})
 
 	// Moved: the gateway gives 40001 at the next renewal.
-	if err := c.tp.Gateway.ChangePort(); err != nil {
+	if err := c.tp.NATPMP().ChangePort(); err != nil {
 		t.Fatal(err)
 	}
 	c.waitForwarded(t, 40001, "mapped", 15*time.Second)
@@ -220,7 +220,7 @@ func TestPortForwarding(t *testing.T) {
 	})
 
 	// Gateway down: the renewals fail, the lease runs out, the port closes.
-	if err := c.tp.Gateway.Down(); err != nil {
+	if err := c.tp.NATPMP().Down(); err != nil {
 		t.Fatal(err)
 	}
 	st := c.waitForwarded(t, 0, "gateway not answering", 20*time.Second)
@@ -244,7 +244,7 @@ func TestPortForwarding(t *testing.T) {
 	})
 
 	// Back: a port is granted and opened again.
-	if err := c.tp.Gateway.Up(); err != nil {
+	if err := c.tp.NATPMP().Up(); err != nil {
 		t.Fatal(err)
 	}
 	st = c.waitForwarded(t, 40001, "mapped", 70*time.Second)

@@ -3,6 +3,7 @@ package provider
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -237,5 +238,22 @@ func TestGatewayConfig(t *testing.T) {
 		if _, err := newGateway(&c, &fakeNAT{}, log); err == nil {
 			t.Errorf("accepted %+v", c)
 		}
+	}
+}
+
+// The provider binary gets its gateway through the JSON config.
+func TestNATPMPConfigRoundTrip(t *testing.T) {
+	path := t.TempDir() + "/p.json"
+	in := &Config{Log: "/tmp/x.log", NATPMP: &NATPMP{Listen: "10.2.0.1:5351", Public: "198.18.2.2", Style: StyleProton,
+		Ports: []int{41000}, Lifetime: 60, Epoch: 9, Control: "/run/x.sock"}}
+	if err := WriteConfig(path, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(*out.NATPMP) != fmt.Sprint(*in.NATPMP) {
+		t.Fatalf("loaded %+v, wrote %+v", *out.NATPMP, *in.NATPMP)
 	}
 }

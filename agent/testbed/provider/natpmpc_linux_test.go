@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +70,22 @@ func TestNATPMPCProton(t *testing.T) {
 	}
 	if ms := mappings(t, gw); len(ms) != 1 || ms[0].Protocol != "udp" {
 		t.Errorf("after the TCP deletion: %+v, want the UDP mapping only", ms)
+	}
+	evs, err := provider.ReadLog(l.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, e := range evs {
+		if e.Kind == provider.EvNATPMP {
+			msgs = append(msgs, e.Net+" "+e.Msg)
+		}
+	}
+	want := []string{"udp address 198.18.2.2", "udp map internal 0 -> 10.2.0.2:41000 for 60s", "udp address 198.18.2.2",
+		"tcp map internal 0 -> 10.2.0.2:41000 for 60s", "udp address 198.18.2.2", "tcp renew internal 0 -> 10.2.0.2:41000 for 60s",
+		"udp address 198.18.2.2", "tcp delete internal 0: external [41000]"}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("event log:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
 	}
 }
 

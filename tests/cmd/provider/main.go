@@ -1,7 +1,9 @@
 // Command provider is the end-to-end tests' VPN provider: run inside a
 // test network namespace, it serves a userspace WireGuard peer plus DNS and
 // echo servers (or, without a wireguard section, a decoy that logs every
-// hit). See agent/testbed/provider for the config and log formats.
+// hit), optionally a NAT-PMP gateway (config "natpmp"; its "control"
+// socket drives it from the tests: provider.DialNATPMP). See
+// agent/testbed/provider for the config and log formats.
 //
 //	provider -config provider.json
 //

@@ -30,9 +30,8 @@ type Options struct {
 	// NoProvider leaves the WireGuard provider stopped (start it with
 	// Provider.Start).
 	NoProvider bool
-	// NATPMP, if set, gives the provider a NAT-PMP gateway of this style
-	// (provider.StyleProton, provider.StyleRFC) on its tunnel address,
-	// controlled through Topo.Gateway.
+	// NATPMP turns on the provider's NAT-PMP gateway in this style
+	// (provider.StyleProton or StyleRFC); Topo.NATPMP drives it.
 	NATPMP string
 }
 
@@ -41,8 +40,6 @@ type Topo struct {
 	*testbed.Topology
 	Dir             string // configs, keys, logs (mode 0700)
 	Provider, Decoy *Process
-	// Gateway controls the provider's NAT-PMP gateway (Options.NATPMP).
-	Gateway provider.NATPMPControl
 }
 
 // New builds a topology, starts the decoy and (unless opts.NoProvider) the
@@ -76,13 +73,12 @@ func New(t testing.TB, opts Options) *Topo {
 	if err := tp.Decoy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pc := tp.ProviderConfig(filepath.Join(tp.Dir, "provider.log"))
+	pcfg := tp.ProviderConfig(filepath.Join(tp.Dir, "provider.log"))
 	if opts.NATPMP != "" {
-		pc.NATPMP = tp.NATPMP(opts.NATPMP)
-		pc.NATPMP.Control = filepath.Join(tp.Dir, "natpmp.sock")
-		tp.Gateway = provider.DialNATPMP(pc.NATPMP.Control)
+		pcfg.NATPMP = tp.Topology.NATPMP(opts.NATPMP)
+		pcfg.NATPMP.Control = tp.natpmpControl()
 	}
-	if tp.Provider, err = tp.process("provider", tp.Prov, opts.ProviderBin, pc); err != nil {
+	if tp.Provider, err = tp.process("provider", tp.Prov, opts.ProviderBin, pcfg); err != nil {
 		t.Fatal(err)
 	}
 	if !opts.NoProvider {
@@ -92,6 +88,12 @@ func New(t testing.TB, opts Options) *Topo {
 	}
 	return tp
 }
+
+func (tp *Topo) natpmpControl() string { return filepath.Join(tp.Dir, "natpmp.sock") }
+
+// NATPMP drives the provider's NAT-PMP gateway (Options.NATPMP) through
+// its control socket.
+func (tp *Topo) NATPMP() provider.NATPMPControl { return provider.DialNATPMP(tp.natpmpControl()) }
 
 // Exec runs argv in namespace ns and fails t on error.
 func (tp *Topo) Exec(t testing.TB, ns string, argv ...string) string {
