@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -272,5 +271,3 @@ func waitLines(t *testing.T, path string, want []string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
-var _ = netip.Addr{}

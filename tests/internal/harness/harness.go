@@ -137,6 +137,17 @@ func Mounted(name string) bool {
 	return unix.Statfs(names.Netns(name), &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
+// NetnsInode is namespace name as readlink /proc/self/ns/net shows it
+// from inside ("net:[4026532...]").
+func NetnsInode(t testing.TB, name string) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(names.Netns(name), &st); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("net:[%d]", st.Ino)
+}
+
 // NFT loads an nft script into namespace ns.
 func (tp *Topo) NFT(ns, script string) error {
 	f := filepath.Join(tp.Dir, fmt.Sprintf("nft-%s.nft", ns))
