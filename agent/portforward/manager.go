@@ -60,8 +60,8 @@ type Options struct {
 	Log      *slog.Logger
 	// Restarted is the RFC 6886 epoch check (natpmp.Restarted).
 	Restarted func(prevEpoch uint32, prevAt time.Time, epoch uint32, at time.Time) bool
-	// Backoff is the first retry delay after a failure, doubled up to 60
-	// times it (default 1 s: retries at 1, 2, 4 ... 60 s).
+	// Backoff is the first retry delay after a failure, doubled up to 30
+	// times it (default 1 s: retries after 1, 2, 4, 8, 16, 30, 30 ... s).
 	Backoff time.Duration
 }
 
@@ -70,7 +70,7 @@ const (
 	requestTimeout = 5 * time.Second  // one mapping request (the client's own retries are shorter)
 	pushTimeout    = 40 * time.Second // one push (a command has 30 s of its own)
 	finalTimeout   = 10 * time.Second // the pushes that announce the port lost at shutdown
-	maxBackoff     = 60               // times Options.Backoff
+	maxBackoff     = 30               // times Options.Backoff
 )
 
 // Manager keeps the forwarded port. Run it in a goroutine of its own.
@@ -149,14 +149,14 @@ func (m *Manager) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			m.stop(cur)
+			m.stop(cur, spec.Protocols)
 			return
 		case r := <-m.reset:
 			t.Stop()
 			spec, gen = r.spec, r.gen
 			if cur.live() {
 				m.log.Info("the server changed: its forwarded port is closed, asking the new gateway", "port", cur.port)
-				m.announceLost()
+				m.announceLost(spec.Protocols)
 			}
 			cur, failures, wait = &lease{}, 0, 0
 			m.update(func(s *Status) {
@@ -169,7 +169,7 @@ func (m *Manager) Run(ctx context.Context) {
 		switch {
 		case err == nil:
 			cur, failures = next, 0
-			wait = renewal(next, time.Now())
+			wait = renewal(next, spec.Lifetime, time.Now())
 			if again {
 				wait = 0
 			}
@@ -185,7 +185,7 @@ func (m *Manager) Run(ctx context.Context) {
 					m.log.Error("cannot close the forwarded port; the health check replaces the kill switch", "err", cerr)
 				}
 				cur = &lease{}
-				m.announceLost()
+				m.announceLost(spec.Protocols)
 			}
 			if cur.live() {
 				wait = min(wait, cur.expires.Sub(now))
@@ -295,10 +295,11 @@ func (m *Manager) round(ctx context.Context, spec *config.PortForwardSpec, gen u
 	return next, again, nil
 }
 
-// renewal is when to renew: at half the shortest granted lifetime (never
-// later than 3/4 of it), at least a second from now.
-func renewal(l *lease, now time.Time) time.Duration {
-	return max(l.expires.Sub(now)/2, time.Second)
+// renewal is when to renew: at half the lifetime asked for or the
+// shortest granted, whichever is shorter (a gateway may grant more than
+// asked: ProtonVPN's grants 60 s), at least a second from now.
+func renewal(l *lease, asked time.Duration, now time.Time) time.Duration {
+	return max(min(l.expires.Sub(now), asked)/2, time.Second)
 }
 
 func (m *Manager) backoff(failures int) time.Duration {
@@ -310,18 +311,18 @@ func (m *Manager) backoff(failures int) time.Duration {
 }
 
 // stop announces the port lost at shutdown.
-func (m *Manager) stop(cur *lease) {
+func (m *Manager) stop(cur *lease, protocols []string) {
 	if cur.live() {
-		m.announceLost()
+		m.announceLost(protocols)
 	}
 	m.update(func(s *Status) { s.State, s.Port, s.ExternalPort, s.Expires = StateStopped, 0, 0, time.Time{} })
 }
 
 // announceLost tells the applications that the port is gone (only the
 // command acts on it) and clears the published port.
-func (m *Manager) announceLost() {
+func (m *Manager) announceLost(protocols []string) {
 	m.update(func(s *Status) { s.State, s.Port, s.ExternalPort, s.Expires = StateLost, 0, 0, time.Time{} })
-	m.push(pushJob{port: 0, changed: true})
+	m.push(pushJob{port: 0, protocols: protocols, changed: true})
 }
 
 // update changes the status and records it.

@@ -318,7 +318,7 @@ func TestBackoffBounded(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		got = append(got, m.backoff(i))
 	}
-	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60, 60}
+	want := []time.Duration{1, 2, 4, 8, 16, 30, 30, 30, 30, 30}
 	for i := range want {
 		if got[i] != want[i]*time.Second {
 			t.Fatalf("backoff %v", got)

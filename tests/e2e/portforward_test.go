@@ -29,12 +29,17 @@ import (
 // accepts, so that a renewal (at half of it) comes every 5 s.
 const forwardLifetime = "10s"
 
+// anyPort is waitForwarded's wildcard.
+const anyPort = 65535
+
 // newForwarded is an agent config for a fresh topology whose provider
-// runs a NAT-PMP gateway of style; pf is the config's portForwarding.
+// runs a NAT-PMP gateway of style, granting leases of forwardLifetime;
+// pf is the config's portForwarding.
 func newForwarded(t *testing.T, style string, pf *config.PortForwarding, o harness.AgentOptions) *confined {
 	t.Helper()
 	requireAgent(t)
-	tp := harness.New(t, harness.Options{ProviderBin: env.providerBin, NATPMP: style})
+	lt, _ := time.ParseDuration(forwardLifetime)
+	tp := harness.New(t, harness.Options{ProviderBin: env.providerBin, NATPMP: style, NATPMPLifetime: int(lt.Seconds())})
 	edit := o.Edit
 	o.Edit = func(c *config.Config) {
 		c.PortForwarding = pf
@@ -67,13 +72,14 @@ func (c *confined) forwardStatus(t *testing.T) forwardStatus {
 	return st
 }
 
-// waitForwarded waits until status reports port (0: none) in state.
+// waitForwarded waits until status reports port (0: none; anyPort: any
+// other) in state.
 func (c *confined) waitForwarded(t *testing.T, port uint16, state string, within time.Duration) forwardStatus {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		st := c.forwardStatus(t)
-		if st.ForwardedPort == port && st.PortForward != nil && st.PortForward.State == state {
+		if (st.ForwardedPort == port || port == anyPort && st.ForwardedPort != 0) && st.PortForward != nil && st.PortForward.State == state {
 			return st
 		}
 		if time.Now().After(deadline) {
@@ -169,10 +175,10 @@ func TestPortForwarding(t *testing.T) {
 	const static = 7000 // an openPorts port: the positive control of the drop checks
 	c := newForwarded(t, provider.StyleProton,
 		&config.PortForwarding{NATPMP: &config.NATPMP{Lifetime: forwardLifetime}, OnChange: []string{script}},
-		harness.AgentOptions{OpenPorts: []config.Port{{Port: static}}})
+		harness.AgentOptions{OpenPorts: []config.Port{{Port: static}}, Edit: func(cfg *config.Config) { cfg.Metrics.Listen = metricsAddr }})
 	before := c.fromInternet(40000)
 	c.d = c.ag.Run(t, c.path)
-	for _, p := range []int{static, 40000, 40001} {
+	for _, p := range []int{static, 40000, 40001, 40002} {
 		echoIn(t, c.name, p)
 	}
 	if before.Reached() {
@@ -191,6 +197,8 @@ func TestPortForwarding(t *testing.T) {
 	if r := harness.Eventually(3*time.Second, func() probe.Result { return c.fromInternet(40000) }); !r.Reached() {
 		t.Fatalf("the internet does not reach the forwarded port 40000: %v", r)
 	}
+	c.wantMetric(t, "forwarded_port", 40000)
+	c.wantMetric(t, "port_forwarding_gateway_answering", 1)
 	nsInode := harness.NetnsInode(t, c.name)
 	waitLines(t, record, []string{fmt.Sprintf("port=40000 protocols=tcp,udp netns=%s", nsInode)})
 
@@ -232,6 +240,8 @@ func TestPortForwarding(t *testing.T) {
 	if got := c.forwardedSets(t); got != "tcp {} udp {}" {
 		t.Errorf("with the gateway down, the kill switch's forwarded sets: %s", got)
 	}
+	c.wantMetric(t, "forwarded_port", 0)
+	c.wantMetric(t, "port_forwarding_gateway_answering", 0)
 	rs = probe.All(func() probe.Result { return c.fromProvider(40001) }, func() probe.Result { return c.fromProvider(static) })
 	if rs[0].Reached() || !rs[1].Reached() {
 		t.Fatalf("through the tunnel with the gateway down: the lost port %v, openPorts %v", rs[0], rs[1])
@@ -246,12 +256,22 @@ func TestPortForwarding(t *testing.T) {
 	if err := c.tp.NATPMP().Up(); err != nil {
 		t.Fatal(err)
 	}
-	st = c.waitForwarded(t, 40001, "mapped", 70*time.Second)
+	st = c.waitForwarded(t, anyPort, "mapped", 40*time.Second)
 	if r := harness.Eventually(3*time.Second, func() probe.Result { return c.fromInternet(int(st.ForwardedPort)) }); !r.Reached() {
 		t.Fatalf("the internet does not reach the port granted again: %v", r)
 	}
 	if strings.Contains(c.d.Output(), "PrivateKey") {
 		t.Error("the agent's log shows key material")
+	}
+}
+
+// wantMetric checks one of the agent's port-forwarding gauges (scraped
+// from metrics.listen in the simulated host).
+func (c *confined) wantMetric(t *testing.T, name string, v int) {
+	t.Helper()
+	code, text := httpGet(t, hostClient(c.tp.Host), "http://"+metricsAddr+"/metrics")
+	if line := fmt.Sprintf("vpn_confinement_%s{namespace=%q} %d\n", name, c.name, v); code != 200 || !strings.Contains(text, line) {
+		t.Errorf("/metrics (%d) lacks %q", code, line)
 	}
 }
 

@@ -33,6 +33,9 @@ type Options struct {
 	// NATPMP turns on the provider's NAT-PMP gateway in this style
 	// (provider.StyleProton or StyleRFC); Topo.NATPMP drives it.
 	NATPMP string
+	// NATPMPLifetime is the lease the gateway grants, in seconds (0: the
+	// fixture's default, ProtonVPN's 60).
+	NATPMPLifetime int
 }
 
 // Topo is one topology with its processes. All fields are read-only.
@@ -77,6 +80,7 @@ func New(t testing.TB, opts Options) *Topo {
 	if opts.NATPMP != "" {
 		pcfg.NATPMP = tp.Topology.NATPMP(opts.NATPMP)
 		pcfg.NATPMP.Control = tp.natpmpControl()
+		pcfg.NATPMP.Lifetime = opts.NATPMPLifetime
 	}
 	if tp.Provider, err = tp.process("provider", tp.Prov, opts.ProviderBin, pcfg); err != nil {
 		t.Fatal(err)
