@@ -38,7 +38,9 @@ import (
 // would report the leak sees it. Tunnel probes' control is state 1 (the
 // same probe through the healthy tunnel).
 //
-// States 1-9 share one topology (the agent is restored to healthy between
+// Every site runs with port forwarding on (the provider's NAT-PMP gateway,
+// 10 s leases); state P moves the forwarded port under the probe rounds.
+// States 1-9 and P share one topology (the agent is restored to healthy between
 // states and each state has its own captures and log marks); 1b runs in a
 // second topology with "ipv6": "block" concurrently, F and D in a third
 // with a pool of two providers (failover_matrix_test.go). The table and the
@@ -459,6 +461,7 @@ var matrixColumns = []column{
 	{"7", "kill-switch table deleted by someone else (status degraded until the agent repairs it)"},
 	{"8", "endpoint changed to an unreachable address (config rewritten, agent restarted)"},
 	{"9", "host link: published port held open by an allowed LAN client, denied sources"},
+	{"P", "port changing: the provider's NAT-PMP gateway moves the forwarded port under the probe rounds (every site runs with port forwarding on)"},
 	{"1b", "healthy with \"ipv6\": \"block\" (second topology)"},
 	{"F", "failing over: the active provider of a pool of two dies under the probe rounds; the agent retries it, then switches to the second (third topology, \"ipv6\": \"block\")"},
 	{"D", "every server of the pool dead: the namespace stays closed while the agent keeps trying (third topology)"},
@@ -556,6 +559,13 @@ func (mx *matrix) runMain(t *testing.T) {
 	sp := healthy
 	sp.col = "1"
 	mx.state(s, sp, func(w *window) { w.round(mx.rows) })
+
+	// P port changing: the provider's gateway moves the forwarded port
+	// while probe rounds run (one starts every 150 ms, at most 2 in
+	// flight); the kill switch swaps the port in one batch.
+	sp = healthy
+	sp.col = "P"
+	mx.state(s, sp, func(w *window) { mx.portMoved(s, w) })
 
 	// 9 host link: an allowed client's connection is held open while the
 	// namespace tries every way out, including from the published port.
@@ -740,6 +750,64 @@ func (mx *matrix) runMain(t *testing.T) {
 				deadEndpoint, observe.Dump(w.obs[onUplink].Packets()), s.daemon().Output())
 		}
 	})
+}
+
+// portMoved is state P's action: rounds run from before the gateway moves
+// the port until after status shows the new one, and one is in flight
+// when the change is seen. Its positive controls: the kill switch held
+// the old port before and holds exactly the new one after.
+func (mx *matrix) portMoved(s *site, w *window) {
+	old := s.forwardedPort()
+	if old == 0 || !strings.Contains(s.forwardedSets(), fmt.Sprint(old)) {
+		w.fail("positive control: no forwarded port open before the move (status %d, kill switch %s)", old, s.forwardedSets())
+		return
+	}
+	w.controls++
+	stop, done := make(chan struct{}), make(chan struct{})
+	slots := make(chan struct{}, 2)
+	var rounds sync.WaitGroup
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case slots <- struct{}{}:
+				rounds.Add(1)
+				go func() { defer rounds.Done(); defer func() { <-slots }(); w.round(mx.rows) }()
+			default:
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	asked := time.Now()
+	if err := s.tp.NATPMP().ChangePort(); err != nil {
+		w.fail("ChangePort: %v", err)
+	}
+	var now uint16
+	deadline := time.Now().Add(15 * time.Second)
+	for now = s.forwardedPort(); (now == old || now == 0) && time.Now().Before(deadline); now = s.forwardedPort() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	seen := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	<-done
+	rounds.Wait()
+	sets := s.forwardedSets()
+	if now == old || now == 0 || sets != fmt.Sprintf("tcp {%d} udp {%d}", now, now) {
+		w.fail("positive control: the port did not move within 15 s of the gateway's change (status %d, was %d; kill switch %s)", now, old, sets)
+		return
+	}
+	w.controls++
+	if w.inFlight(seen) == 0 {
+		w.fail("no probe round was in flight when the new port was seen")
+	}
+	mx.note("state P: the gateway moved the forwarded port %d -> %d; status showed it %v after the change, with %d probe rounds in all; the kill switch holds exactly the new port",
+		old, now, seen.Sub(asked).Round(100*time.Millisecond), w.rounds)
 }
 
 // runBlock runs the control column and state 1b on a topology whose

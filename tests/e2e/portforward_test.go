@@ -89,15 +89,15 @@ func (c *confined) waitForwarded(t *testing.T, port uint16, state string, within
 	}
 }
 
-// forwardedSets is what the kill switch's forwarded-port sets hold, read
-// with nft as an observer.
-func (c *confined) forwardedSets(t *testing.T) string {
-	t.Helper()
+// forwardedSets is what the kill switch's forwarded-port sets of
+// namespace ns hold ("tcp {40000} udp {40000}"), read with nft as an
+// observer; the error text when they cannot be read.
+func forwardedSets(ns string) string {
 	var out []string
 	for _, set := range []string{"forwarded_tcp", "forwarded_udp"} {
-		b, err := harness.Output(c.name, "nft", "-j", "list", "set", "inet", names.Table, set)
+		b, err := harness.Output(ns, "nft", "-j", "list", "set", "inet", names.Table, set)
 		if err != nil {
-			t.Fatalf("nft list set %s: %v\n%s", set, err, b)
+			return fmt.Sprintf("nft list set %s: %v: %s", set, err, b)
 		}
 		var doc struct {
 			Nftables []struct {
@@ -107,7 +107,7 @@ func (c *confined) forwardedSets(t *testing.T) string {
 			} `json:"nftables"`
 		}
 		if err := json.Unmarshal(b, &doc); err != nil {
-			t.Fatal(err)
+			return err.Error()
 		}
 		var elems []string
 		for _, o := range doc.Nftables {
@@ -121,6 +121,16 @@ func (c *confined) forwardedSets(t *testing.T) string {
 		out = append(out, strings.TrimPrefix(set, "forwarded_")+" {"+strings.Join(elems, ",")+"}")
 	}
 	return strings.Join(out, " ")
+}
+
+func (c *confined) forwardedSets() string { return forwardedSets(c.name) }
+func (s *site) forwardedSets() string     { return forwardedSets(s.name) }
+
+// forwardedPort is the port status reports (0: none).
+func (s *site) forwardedPort() uint16 {
+	_, _, st, _ := s.statusOf()
+	p, _ := st["forwardedPort"].(float64)
+	return uint16(p)
 }
 
 // echoIn serves TCP echo on port in namespace ns (every address), as the
@@ -191,7 +201,7 @@ func TestPortForwarding(t *testing.T) {
 	if b, err := os.ReadFile(names.ForwardedPort(c.name)); err != nil || string(b) != "40000\n" {
 		t.Errorf("%s: %q, %v; want \"40000\\n\"", names.ForwardedPort(c.name), b, err)
 	}
-	if got := c.forwardedSets(t); got != "tcp {40000} udp {40000}" {
+	if got := c.forwardedSets(); got != "tcp {40000} udp {40000}" {
 		t.Errorf("kill switch's forwarded sets: %s", got)
 	}
 	if r := harness.Eventually(3*time.Second, func() probe.Result { return c.fromInternet(40000) }); !r.Reached() {
@@ -207,7 +217,7 @@ func TestPortForwarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitForwarded(t, 40001, "mapped", 15*time.Second)
-	if got := c.forwardedSets(t); got != "tcp {40001} udp {40001}" {
+	if got := c.forwardedSets(); got != "tcp {40001} udp {40001}" {
 		t.Errorf("after the move, the kill switch's forwarded sets: %s", got)
 	}
 	if r := harness.Eventually(3*time.Second, func() probe.Result { return c.fromInternet(40001) }); !r.Reached() {
@@ -237,7 +247,7 @@ func TestPortForwarding(t *testing.T) {
 	if _, err := os.Stat(names.ForwardedPort(c.name)); !os.IsNotExist(err) {
 		t.Errorf("%s is still there after the lease ran out: %v", names.ForwardedPort(c.name), err)
 	}
-	if got := c.forwardedSets(t); got != "tcp {} udp {}" {
+	if got := c.forwardedSets(); got != "tcp {} udp {}" {
 		t.Errorf("with the gateway down, the kill switch's forwarded sets: %s", got)
 	}
 	c.wantMetric(t, "forwarded_port", 0)

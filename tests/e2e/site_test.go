@@ -91,7 +91,11 @@ type siteOptions struct {
 func newSite(t *testing.T, o siteOptions) *site {
 	t.Helper()
 	requireAgent(t)
-	tp := newTopo(t)
+	// Port forwarding is on in every matrix site: the provider's NAT-PMP
+	// gateway grants the leases the agent asks for (10 s, renewed every
+	// 5 s), so every state runs with a forwarded port open or being asked.
+	lt, _ := time.ParseDuration(forwardLifetime)
+	tp := harness.New(t, harness.Options{ProviderBin: env.providerBin, NATPMP: provider.StyleProton, NATPMPLifetime: int(lt.Seconds())})
 	s := &site{t: t, tp: tp, ag: agentproc.Agent{Bin: env.agentBin, HostNS: tp.Host},
 		endpoint: netip.AddrPortFrom(testbed.Endpoint4, testbed.WGPort), ipv6: o.ipv6 != "block"}
 	s.opts = harness.AgentOptions{
@@ -99,6 +103,7 @@ func newSite(t *testing.T, o siteOptions) *site {
 		PortMappings: map[int]int{mappedHostPort: mappedNSPort},
 		Edit: func(c *config.Config) {
 			c.HostLink.AccessibleFrom = []string{netip.PrefixFrom(lanAllowed, 32).String()}
+			c.PortForwarding = &config.PortForwarding{NATPMP: &config.NATPMP{Lifetime: forwardLifetime}}
 		},
 	}
 	if o.pool {
@@ -150,7 +155,9 @@ func (s *site) addPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.prov2 = tp.StartProcess(t, "prov2", p2.NS, env.providerBin, p2.Config(""))
+	p2cfg := p2.Config("")
+	p2cfg.NATPMP = p2.NATPMP(provider.StyleProton)
+	s.prov2 = tp.StartProcess(t, "prov2", p2.NS, env.providerBin, p2cfg)
 	s.poolEndpoints = []netip.AddrPort{harness.AP(testbed.Endpoint2, testbed.WGPort)}
 	a, b := filepath.Join(tp.Dir, "pool-a.conf"), filepath.Join(tp.Dir, "pool-b.conf")
 	for f, text := range map[string]string{

@@ -41,14 +41,16 @@ func startNATPMP(c *NATPMP, log *eventLog) (*Gateway, error) {
 }
 
 func (g *Gateway) listen(c *NATPMP) error {
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
-		return fmt.Errorf("natpmp: ip_forward: %w", err)
-	}
+	// The table first: its forward chain lets only the leases' connections
+	// through once forwarding is on.
 	g.mu.Lock()
 	err := g.applyLocked(time.Now())
 	g.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("natpmp: ip_forward: %w", err)
 	}
 	ap, err := netip.ParseAddrPort(c.Listen)
 	if err != nil || !ap.Addr().Is4() {
@@ -110,6 +112,9 @@ func (g *Gateway) Close() error {
 	return errors.Join(errs...)
 }
 
+// ipsDstNAT is conntrack's IPS_DST_NAT status bit.
+const ipsDstNAT = 1 << 5
+
 // nftDNAT keeps the gateway's table in one namespace.
 type nftDNAT struct{ nsfd int }
 
@@ -131,10 +136,23 @@ func (n *nftDNAT) batch(what string, fill func(*nftables.Conn, *nftables.Table))
 }
 
 // apply replaces the table atomically: prerouting DNAT of
-// public:external to client:target per mapping.
+// public:external to client:target per mapping, and a forward chain that
+// passes only those DNATed connections (both ways): the provider forwards
+// a lease's inbound connections, and nothing else of its clients (the
+// testbed's provider is not a router to the internet).
 func (n *nftDNAT) apply(public netip.Addr, ms []Mapping) error {
 	return n.batch("update", func(c *nftables.Conn, t *nftables.Table) {
 		c.AddTable(t)
+		drop := nftables.ChainPolicyDrop
+		fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+		c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: []expr.Any{ // ct status dnat accept
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Verdict{Kind: expr.VerdictAccept},
+		}})
 		ch := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
 			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 		for _, m := range ms {
