@@ -71,6 +71,20 @@ func (mx *matrix) runPool(t *testing.T) {
 		} else {
 			w.fail("positive control: no traffic through the second provider after the failover: %v", r)
 		}
+		// The second server's gateway is asked again: its port (50000 on),
+		// and only it, is open in the kill switch.
+		var fwd uint16
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if fwd = s.forwardedPort(); fwd >= 50000 {
+				break
+			}
+		}
+		if sets := s.forwardedSets(); fwd < 50000 || sets != fmt.Sprintf("tcp {%d} udp {%d}", fwd, fwd) {
+			w.fail("after the failover the forwarded port is %d and the kill switch holds %s; want the second server's gateway's port (50000 on), alone", fwd, sets)
+		} else {
+			w.controls++
+			mx.note("state F: after the failover the second server's gateway forwarded port %d, the only one open in the kill switch", fwd)
+		}
 		time.Sleep(300 * time.Millisecond)
 		stopRounds()
 		toB := func(p observe.Packet) bool { return p.Out && wgFlow(harness.AP(testbed.Endpoint2, testbed.WGPort))(p) }

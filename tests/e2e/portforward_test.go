@@ -270,6 +270,18 @@ func TestPortForwarding(t *testing.T) {
 	if r := harness.Eventually(3*time.Second, func() probe.Result { return c.fromInternet(int(st.ForwardedPort)) }); !r.Reached() {
 		t.Fatalf("the internet does not reach the port granted again: %v", r)
 	}
+	// A crashed agent leaves the kill switch as it was, the port included;
+	// the next run replaces it with the sets empty and asks again.
+	port := st.ForwardedPort
+	c.d.Kill()
+	if got := c.forwardedSets(); got != fmt.Sprintf("tcp {%d} udp {%d}", port, port) {
+		t.Errorf("after SIGKILL the kill switch's forwarded sets: %s", got)
+	}
+	c.d = c.ag.Run(t, c.path)
+	st = c.waitForwarded(t, anyPort, "mapped", 20*time.Second)
+	if got := c.forwardedSets(); got != fmt.Sprintf("tcp {%d} udp {%d}", st.ForwardedPort, st.ForwardedPort) {
+		t.Errorf("after the restart the kill switch's forwarded sets: %s, status %d", got, st.ForwardedPort)
+	}
 	if strings.Contains(c.d.Output(), "PrivateKey") {
 		t.Error("the agent's log shows key material")
 	}
