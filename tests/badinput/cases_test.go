@@ -142,6 +142,35 @@ var jsonCases = []jsonCase{
 		q := map[string]any{"publicKey": k.pub, "endpoint": "192.0.2.2:51820", "allowedIPs": []any{"::/0"}}
 		m["wireguard"].(map[string]any)["peers"] = []any{p, q}
 	}},
+	// Issue 14: port forwarding.
+	{"port forwarding without natpmp", "portForwarding.natpmp", func(m map[string]any, _ string, _ keys) {
+		m["portForwarding"] = map[string]any{"onChange": []any{"/bin/true"}}
+	}},
+	{"natpmp gateway IPv6", "portForwarding.natpmp.gateway", func(m map[string]any, _ string, _ keys) {
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{"gateway": "fd00::1"}}
+	}},
+	{"natpmp rfc without internal port", "portForwarding.natpmp.internalPort", func(m map[string]any, _ string, _ keys) {
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{"style": "rfc"}}
+	}},
+	{"natpmp lifetime too short", "portForwarding.natpmp.lifetime", func(m map[string]any, _ string, _ keys) {
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{"lifetime": "2s"}}
+	}},
+	{"transmission url with password", "portForwarding.transmission.url", func(m map[string]any, _ string, k keys) {
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "transmission": map[string]any{"url": "http://admin:" + k.priv[:20] + "@127.0.0.1:9091/transmission/rpc"}}
+	}},
+	{"qbittorrent credentials readable", "portForwarding.qbittorrent.credentialsFile", func(m map[string]any, dir string, k keys) {
+		p := filepath.Join(dir, "qbt")
+		os.WriteFile(p, []byte("admin:"+k.priv[:20]+"\n"), 0o644)
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": p}}
+	}},
+	{"qbittorrent credentials without colon", "portForwarding.qbittorrent.credentialsFile", func(m map[string]any, dir string, k keys) {
+		p := filepath.Join(dir, "qbt")
+		os.WriteFile(p, []byte(k.priv[:20]+"\n"), 0o600)
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": p}}
+	}},
+	{"onChange relative", "portForwarding.onChange[0]", func(m map[string]any, _ string, _ keys) {
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "onChange": []any{"port-changed.sh"}}
+	}},
 }
 
 // TestBadInput runs every case through validate, up and run.
