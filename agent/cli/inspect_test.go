@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
+	"github.com/vpn-confinement/vpn-confinement/agent/status"
+)
+
+// status's text shows the forwarded port, its state and what is pending.
+func TestPrintReportPortForward(t *testing.T) {
+	exp := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		pf   portforward.Status
+		want []string
+	}{
+		{portforward.Status{State: portforward.StateMapped, Gateway: "10.2.0.1", Port: 40000, Protocols: []string{"tcp", "udp"}, Expires: exp},
+			[]string{"  forwarded:  40000 (tcp, udp, lease until 2026-12-01T14:00:00Z), mapped via 10.2.0.1\n"}},
+		{portforward.Status{State: portforward.StateMapped, Gateway: "192.168.1.1", Port: 6881, ExternalPort: 50000, Protocols: []string{"tcp"}, Pending: []string{"qbittorrent: connection refused"}},
+			[]string{"6881 (tcp, public port 50000)", "  push:       qbittorrent: connection refused\n"}},
+		{portforward.Status{State: portforward.StateNotAnswering, Gateway: "10.2.0.1", Error: "map udp: no response"},
+			[]string{"  forwarded:  none, gateway not answering via 10.2.0.1: map udp: no response\n"}},
+	} {
+		var b strings.Builder
+		printReport(&b, &status.Report{Name: "proton", PortForward: &tc.pf, ForwardedPort: tc.pf.Port})
+		for _, w := range tc.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("status text lacks %q:\n%s", w, b.String())
+			}
+		}
+	}
+	var b strings.Builder
+	printReport(&b, &status.Report{Name: "plain"})
+	if strings.Contains(b.String(), "forwarded:") {
+		t.Errorf("a namespace without port forwarding shows a forwarded line:\n%s", b.String())
+	}
+}
