@@ -188,7 +188,9 @@ func TestPortForwarding(t *testing.T) {
 		harness.AgentOptions{OpenPorts: []config.Port{{Port: static}}, Edit: func(cfg *config.Config) { cfg.Metrics.Listen = metricsAddr }})
 	before := c.fromInternet(40000)
 	c.d = c.ag.Run(t, c.path)
-	for _, p := range []int{static, 40000, 40001, 40002} {
+	// The application: listening on every port the gateway may give.
+	echoIn(t, c.name, static)
+	for p := 40000; p < 40010; p++ {
 		echoIn(t, c.name, p)
 	}
 	if before.Reached() {
@@ -270,6 +272,21 @@ func TestPortForwarding(t *testing.T) {
 	if r := harness.Eventually(3*time.Second, func() probe.Result { return c.fromInternet(int(st.ForwardedPort)) }); !r.Reached() {
 		t.Fatalf("the internet does not reach the port granted again: %v", r)
 	}
+	// The gateway restarts (its epoch goes back to 0, its mappings and
+	// DNATs are gone): the agent's next request sees it and maps again.
+	if err := c.tp.NATPMP().Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(c.d.Output(), "the gateway restarted"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not notice the gateway's restart within 15 s:\n%s", c.d.Output())
+		}
+	}
+	st = c.waitForwarded(t, anyPort, "mapped", 10*time.Second)
+	if r := harness.Eventually(10*time.Second, func() probe.Result { return c.fromInternet(int(st.ForwardedPort)) }); !r.Reached() {
+		t.Fatalf("after the gateway's restart the internet does not reach port %d: %v", st.ForwardedPort, r)
+	}
+
 	// A crashed agent leaves the kill switch as it was, the port included;
 	// the next run replaces it with the sets empty and asks again.
 	port := st.ForwardedPort
