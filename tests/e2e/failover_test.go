@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +72,14 @@ func (s *poolSite) echo() probe.Result {
 	return probe.TCPEcho(s.name, harness.AP(testbed.PoolProbe4, testbed.EchoPort), harness.Marker("pool"))
 }
 
+// stream sends a datagram into the tunnel, to the pool's probe address,
+// every 50 ms until the returned function is called.
+func (s *poolSite) stream(payload []byte) (stop func()) {
+	return harness.Repeat(50*time.Millisecond, func() {
+		probe.UDPSend(s.name, harness.AP(testbed.PoolProbe4, testbed.ControlPort), payload)
+	})
+}
+
 // lookup asks the namespace's resolver (its resolv.conf's first server)
 // for TargetName: the answer names the provider whose resolver replied.
 func (s *poolSite) lookup(server netip.Addr) probe.Result {
@@ -124,41 +131,6 @@ func (s *poolSite) capture(t *testing.T) (check func(secret []byte)) {
 		if !slices.ContainsFunc(pkts, observe.UDP(netip.AddrPortFrom(testbed.HostUplink4, 0), harness.AP(testbed.Endpoint2, testbed.WGPort))) {
 			t.Errorf("positive control: no WireGuard traffic to the second provider on the uplink:\n%s", observe.Dump(pkts))
 		}
-	}
-}
-
-// leakRounds runs the leak probes in a loop until stop, and returns the
-// number of rounds and the probes that reached their target.
-func leakRounds(ns string, stop <-chan struct{}) (wait func() (int, []probe.Result)) {
-	var mu sync.Mutex
-	var leaks []probe.Result
-	rounds := 0
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, r := range leakProbes(ns) {
-				if r.Reached() {
-					mu.Lock()
-					leaks = append(leaks, r)
-					mu.Unlock()
-				}
-			}
-			mu.Lock()
-			rounds++
-			mu.Unlock()
-		}
-	}()
-	return func() (int, []probe.Result) {
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return rounds, leaks
 	}
 }
 
@@ -256,32 +228,18 @@ func TestFailoverUnderTraffic(t *testing.T) {
 		t.Fatalf("status before: rc %d server %v", rc, m["server"])
 	}
 	check := s.capture(t)
-	stop := make(chan struct{})
-	leaks := leakRounds(s.name, stop)
+	leaks := harness.LeakRounds(0, func() []probe.Result { return leakProbes(s.name) })
 
 	// Traffic: a datagram stream into the tunnel every 50 ms (tx grows
 	// while nothing comes back once the provider is gone).
 	secret := harness.Marker("stream")
-	var bg sync.WaitGroup
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			probe.UDPSend(s.name, harness.AP(testbed.PoolProbe4, testbed.ControlPort), secret)
-		}
-	}()
+	stopStream := s.stream(secret)
 	time.Sleep(500 * time.Millisecond)
 	t0 := time.Now()
 	s.ProvA.Kill()
 	tl := s.watch(t, t0, 60*time.Second, true)
 	s.mustWork(t, 5*time.Second, 1, "after the failover")
-	close(stop)
-	bg.Wait()
+	stopStream()
 	rounds, leaked := leaks()
 	for _, r := range leaked {
 		t.Errorf("during the failover: LEAK: %v", r)
@@ -530,19 +488,7 @@ func TestFailoverThenIdle(t *testing.T) {
 	s := newPoolSite(t, "", both, nil)
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			probe.UDPSend(s.name, harness.AP(testbed.PoolProbe4, testbed.ControlPort), harness.Marker("stream"))
-		}
-	}()
+	stopStream := s.stream(harness.Marker("stream"))
 	time.Sleep(300 * time.Millisecond)
 	s.ProvA.Kill()
 	deadline := time.Now().Add(40 * time.Second)
@@ -551,13 +497,12 @@ func TestFailoverThenIdle(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			close(stop)
+			stopStream()
 			t.Fatalf("the failure was never detected:\n%s", s.d.Output())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	close(stop)
-	<-done
+	stopStream()
 	// Idle from here on. No probe is configured.
 	deadline = time.Now().Add(40 * time.Second)
 	var rc int

@@ -607,24 +607,15 @@ func (mx *matrix) runMain(t *testing.T) {
 	sp = stateSpec{col: "4", inbound: wantReach}
 	mx.state(s, sp, func(w *window) {
 		s.tp.Exec(t, s.name, "ip", "link", "del", names.Tunnel(s.name))
-		stop, done := make(chan struct{}), make(chan int)
-		go func() {
-			n := 1
-			defer func() { done <- n }()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				if _, err := harness.Output(s.name, "ip", "link", "del", names.Tunnel(s.name)); err == nil {
-					n++
-				}
+		n := 1
+		stop := harness.Repeat(20*time.Millisecond, func() {
+			if _, err := harness.Output(s.name, "ip", "link", "del", names.Tunnel(s.name)); err == nil {
+				n++
 			}
-		}()
+		})
 		w.round(mx.rows)
-		close(stop)
-		mx.note("state 4: vc-%s deleted %d times while a probe round ran (every time it reappeared)", s.name, <-done)
+		stop()
+		mx.note("state 4: vc-%s deleted %d times while a probe round ran (every time it reappeared)", s.name, n)
 	})
 	start := time.Now()
 	s.mustTunnel(t, 20*time.Second, "after the interface was deleted")

@@ -261,11 +261,7 @@ func (d *Daemon) Stop() error {
 		return fmt.Errorf("agent had exited on its own (%v):\n%s", d.cmd.ProcessState, d.Output())
 	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(StopTimeout):
-		d.cmd.Process.Kill()
-		<-d.done
+	if !d.exitWithin(StopTimeout) {
 		return fmt.Errorf("agent did not exit within %v of SIGTERM:\n%s", StopTimeout, d.Output())
 	}
 	if !d.cmd.ProcessState.Success() {
@@ -274,17 +270,26 @@ func (d *Daemon) Stop() error {
 	return nil
 }
 
+// exitWithin waits up to timeout for the agent to exit and reports whether
+// it did; if not, it is killed (and waited for).
+func (d *Daemon) exitWithin(timeout time.Duration) bool {
+	select {
+	case <-d.done:
+		return true
+	case <-time.After(timeout):
+		d.cmd.Process.Kill()
+		<-d.done
+		return false
+	}
+}
+
 // Wait waits up to timeout for the agent to exit on its own (e.g. after
 // `down NAME` signalled it) and returns an error unless it exited 0.
 func (d *Daemon) Wait(timeout time.Duration) error {
 	d.mu.Lock()
 	d.stopped = true
 	d.mu.Unlock()
-	select {
-	case <-d.done:
-	case <-time.After(timeout):
-		d.cmd.Process.Kill()
-		<-d.done
+	if !d.exitWithin(timeout) {
 		return fmt.Errorf("agent still running after %v; killed:\n%s", timeout, d.Output())
 	}
 	if !d.cmd.ProcessState.Success() {

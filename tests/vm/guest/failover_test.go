@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,8 +61,7 @@ func addKernelProvider2(t *testing.T, tp *kernelTopo) (*testbed.Provider2, *harn
 // tablePoller lists the namespace's kill switch table (`nft -a list table`) back to back until
 // stopped (at least once): every listing must find it; the handles seen show when it was replaced.
 type tablePoller struct {
-	stop    chan struct{}
-	done    chan struct{}
+	stop    func()
 	polls   int
 	missing []string
 	handles []string // distinct handles, in the order seen
@@ -73,34 +71,27 @@ type tablePoller struct {
 var tableHandleRE = regexp.MustCompile(`(?m)^table inet \S+ \{ # handle (\d+)`)
 
 func pollTable(ns string) *tablePoller {
-	p := &tablePoller{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		for {
-			out, err := harness.Output(ns, "nft", "-a", "list", "table", "inet", names.Table)
-			p.polls++
-			m := tableHandleRE.FindStringSubmatch(string(out))
-			if err != nil || m == nil {
-				p.missing = append(p.missing, fmt.Sprintf("%s: %v %q", time.Now().Format("15:04:05.000"), err, out))
-			} else {
-				p.last = string(out)
-				if len(p.handles) == 0 || p.handles[len(p.handles)-1] != m[1] {
-					p.handles = append(p.handles, m[1])
-				}
-			}
-			select {
-			case <-p.stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
+	p := &tablePoller{}
+	p.stop = harness.Repeat(50*time.Millisecond, func() { p.poll(ns) })
 	return p
 }
 
+func (p *tablePoller) poll(ns string) {
+	out, err := harness.Output(ns, "nft", "-a", "list", "table", "inet", names.Table)
+	p.polls++
+	m := tableHandleRE.FindStringSubmatch(string(out))
+	if err != nil || m == nil {
+		p.missing = append(p.missing, fmt.Sprintf("%s: %v %q", time.Now().Format("15:04:05.000"), err, out))
+		return
+	}
+	p.last = string(out)
+	if len(p.handles) == 0 || p.handles[len(p.handles)-1] != m[1] {
+		p.handles = append(p.handles, m[1])
+	}
+}
+
 func (p *tablePoller) Stop() *tablePoller {
-	close(p.stop)
-	<-p.done
+	p.stop()
 	return p
 }
 
@@ -208,43 +199,11 @@ func TestKernelFailover(t *testing.T) {
 	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
 	ctl := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
 	tables := pollTable(name)
-	stop := make(chan struct{})
-	var bg sync.WaitGroup
-	var mu sync.Mutex
-	var leaks []probe.Result
-	rounds := 0
 	secret := harness.Marker("stream")
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			probe.UDPSend(name, harness.AP(testbed.ProvTunnel4, testbed.ControlPort), secret)
-		}
-	}()
-	go func() {
-		defer bg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-			rs := vmLeakProbes(name)
-			mu.Lock()
-			for _, r := range rs {
-				if r.Reached() {
-					leaks = append(leaks, r)
-				}
-			}
-			rounds++
-			mu.Unlock()
-		}
-	}()
+	stopStream := harness.Repeat(100*time.Millisecond, func() {
+		probe.UDPSend(name, harness.AP(testbed.ProvTunnel4, testbed.ControlPort), secret)
+	})
+	stopRounds := harness.LeakRounds(500*time.Millisecond, func() []probe.Result { return vmLeakProbes(name) })
 	time.Sleep(time.Second)
 	t0 := time.Now()
 	tp.Exec(t, tp.Prov, "ip", "link", "del", provWG) // the first provider's WireGuard dies
@@ -264,8 +223,8 @@ func TestKernelFailover(t *testing.T) {
 	}
 	if resumed == 0 {
 		rc, m := status()
-		close(stop)
-		bg.Wait()
+		stopStream()
+		stopRounds()
 		tables.Stop()
 		t.Fatalf("no failover within 90 s of the first provider's death (detected %v): status %d %v\nagent:\n%s", detected, rc, m, d.Output())
 	}
@@ -274,8 +233,8 @@ func TestKernelFailover(t *testing.T) {
 	}
 	// Let the leak rounds and the table listings run on a little past the switch.
 	time.Sleep(2 * time.Second)
-	close(stop)
-	bg.Wait()
+	stopStream()
+	rounds, leaks := stopRounds()
 	tables.Stop()
 	pkts := up.Stop()
 
