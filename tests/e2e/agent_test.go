@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -403,6 +404,20 @@ func tunnelProbes(ns string) []probe.Result {
 		},
 		harness.DNSQuery(ns, testbed.ProvTunnel4, 53, "udp", dnsmessage.TypeA),
 	)
+}
+
+// dialEcho opens a UDP socket in ns to the provider's echo through the
+// tunnel, closed when the test ends.
+func dialEcho(t *testing.T, ns string) *net.UDPConn {
+	t.Helper()
+	var sock *net.UDPConn
+	must(t, testbed.Do(ns, func() error {
+		var err error
+		sock, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(harness.AP(testbed.ProvTunnel4, testbed.EchoPort)))
+		return err
+	}))
+	t.Cleanup(func() { sock.Close() })
+	return sock
 }
 
 func must(t *testing.T, err error) {

@@ -50,6 +50,12 @@ func newPoolSite(t *testing.T, endpointA string, files func(p *harness.Pool) []s
 
 func both(p *harness.Pool) []string { return []string{p.FileA, p.FileB} }
 
+// withProbe has the agent probe the pool's probe address every second
+// (two failures: dead).
+func withProbe(c *config.Config) {
+	c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+}
+
 func (s *poolSite) run(t *testing.T) {
 	t.Helper()
 	s.d = s.ag.Run(t, s.path)
@@ -264,9 +270,7 @@ func TestFailoverUnderTraffic(t *testing.T) {
 // With a probe and no traffic, the probe's failures decide.
 func TestFailoverProbeOnly(t *testing.T) {
 	t.Parallel()
-	s := newPoolSite(t, "", both, func(c *config.Config) {
-		c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
-	})
+	s := newPoolSite(t, "", both, withProbe)
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
 	time.Sleep(2 * time.Second) // let the probe succeed on its own
@@ -283,9 +287,7 @@ func TestFailoverProbeOnly(t *testing.T) {
 // provider comes back, traffic resumes through it.
 func TestFailoverEveryServerDead(t *testing.T) {
 	t.Parallel()
-	s := newPoolSite(t, "", both, func(c *config.Config) {
-		c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
-	})
+	s := newPoolSite(t, "", both, withProbe)
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
 	s.ProvA.Kill()
@@ -340,7 +342,7 @@ func TestFailoverEndpointMoves(t *testing.T) {
 	const name, port = "vpn.pool.test", 5301
 	s := newPoolSite(t, name+":51820", func(p *harness.Pool) []string { return []string{p.FileA} }, func(c *config.Config) {
 		c.WireGuard.EndpointResolver = harness.AP(testbed.LANHost4, port).String()
-		c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+		withProbe(c)
 	})
 	epdns := s.EndpointDNS(t, env.providerBin, port, name, testbed.Endpoint4)
 	s.run(t)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -606,13 +605,7 @@ func TestFaultEndpointFlapping(t *testing.T) {
 
 	// The stream: one UDP socket in the namespace, a numbered datagram
 	// every 50 ms to the provider's echo through the tunnel.
-	var sock *net.UDPConn
-	must(t, testbed.Do(s.name, func() error {
-		var err error
-		sock, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(harness.AP(testbed.ProvTunnel4, testbed.EchoPort)))
-		return err
-	}))
-	defer sock.Close()
+	sock := dialEcho(t, s.name)
 	var mu sync.Mutex
 	echoed := map[int]bool{}
 	go func() {
