@@ -426,3 +426,86 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A provider's wg-quick file (keys, addresses, DNS =, peer) is enough.
+func TestAgentWGQuickFile(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, harness.AgentOptions{WGQuick: true})
+	if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
+		t.Fatalf("no traffic through a tunnel from a wg-quick file: %v\n%s", r, c.d.Output())
+	}
+	rc, err := os.ReadFile(names.ResolvConf(c.name))
+	if err != nil || !strings.Contains(string(rc), "nameserver "+testbed.ProvTunnel4.String()) {
+		t.Errorf("resolv.conf should name the wg-quick file's DNS = %s (err %v):\n%s", testbed.ProvTunnel4, err, rc)
+	}
+	r := probe.DNS(c.name, harness.AP(testbed.ProvTunnel4, 53), "udp", testbed.TargetName, dnsmessage.TypeA)
+	if !r.Reached() {
+		t.Errorf("resolver from the wg-quick file: %v", r)
+	}
+}
+
+// With "ipv6": "block", IPv6 goes nowhere, not even through the tunnel.
+func TestAgentIPv6Block(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, harness.AgentOptions{IPv6: "block"})
+	if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
+		t.Fatalf("IPv4 through the tunnel: %v", r)
+	}
+	mark, dmark := c.tp.Provider.Mark(), c.tp.Decoy.Mark()
+	m := harness.Marker("v6")
+	rs := probe.All(append(harness.TunnelProbes(c.name, testbed.ProvTunnel6, m),
+		func() probe.Result { return probe.TCP(c.name, harness.AP(testbed.DecoyTarget6, 443)) },
+		func() probe.Result { return probe.Ping(c.name, testbed.DecoyTarget6) },
+	)...)
+	for _, r := range rs {
+		if r.Reached() {
+			t.Errorf("IPv6 is blocked but %v", r)
+		}
+	}
+	is6 := func(e provider.Event) bool { a := harness.HostOf(e.Src); return a.Is6() && !a.Is4In6() }
+	if ev := harness.Hits(t, c.tp.Provider, mark); slices.ContainsFunc(ev, is6) {
+		t.Errorf("the provider saw IPv6 from the namespace:\n%s", harness.DumpEvents(ev))
+	}
+	if ev := harness.Hits(t, c.tp.Decoy, dmark); len(ev) > 0 {
+		t.Errorf("LEAK: the decoys saw:\n%s", harness.DumpEvents(ev))
+	}
+}
+
+// TestAgentLeakDetection is a mutation check of the leak assertions: with
+// the kill switch removed (and the watchdog slowed so it does not put it
+// back), the same probes, captures and decoy logs that TestAgentKillSwitch
+// relies on must report the leak. If this test fails, a pass of
+// TestAgentKillSwitch proves nothing.
+func TestAgentLeakDetection(t *testing.T) {
+	t.Parallel()
+	c := newConfined(t, harness.AgentOptions{HostLink: true})
+	c.d = c.ag.Run(t, c.path, "--check-interval", "1h")
+	tp := c.tp
+	if _, err := harness.Output(c.name, "nft", "delete", "table", "inet", names.Table); err != nil {
+		t.Fatalf("removing the kill switch: %v", err)
+	}
+	if _, err := harness.Output(tp.Host, "nft", "delete", "table", "inet", names.HostTable(c.name)); err != nil {
+		t.Fatalf("removing the host table: %v", err)
+	}
+	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
+	veth := observe.Start(t, tp.Host, names.HostVeth(c.name), nil)
+	mark := tp.Decoy.Mark()
+	restore := hijackDefaultRoute(t, c)
+	defer restore()
+
+	rs := leakProbes(c.name)
+	if !slices.ContainsFunc(rs, probe.Result.Reached) {
+		t.Errorf("no probe reached a decoy without the kill switch:\n%s", probe.Summary(rs))
+	}
+	if bad := harness.Unexpected(up.Stop(), observe.LinkNoise, harness.WGTraffic, harness.WGBounce); len(bad) == 0 {
+		t.Errorf("the uplink capture saw no leak without the kill switch")
+	}
+	if bad := harness.Unexpected(veth.Stop(), observe.LinkNoise); len(bad) == 0 {
+		t.Errorf("the host-link capture saw nothing leave the namespace without the kill switch")
+	}
+	if ev := harness.Hits(t, tp.Decoy, mark); len(ev) == 0 {
+		t.Errorf("the decoys logged nothing without the kill switch")
+	} else {
+		t.Logf("without the kill switch the decoys logged %d hits, e.g. %v", len(ev), ev[0])
+	}
+}
