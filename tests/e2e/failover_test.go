@@ -64,12 +64,7 @@ func (s *poolSite) run(t *testing.T) {
 // status runs `status NAME --json` and returns its exit code and object.
 func (s *poolSite) status(t *testing.T) (int, map[string]any) {
 	t.Helper()
-	o := s.ag.Cmd("status", s.name, "--json")
-	var m map[string]any
-	if err := json.Unmarshal([]byte(o.Stdout), &m); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, o)
-	}
-	return o.ExitCode(), m
+	return s.ag.StatusJSON(t, s.name)
 }
 
 // echo is one TCP echo through the tunnel to the pool's probe address
@@ -118,25 +113,7 @@ func (s *poolSite) capture(t *testing.T) (check func(secret []byte)) {
 	ctl := harness.Control(t, obs, s.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
 	return func(secret []byte) {
 		t.Helper()
-		pkts := obs.Stop()
-		tunnelNet := netip.MustParsePrefix("198.19.0.0/16")
-		for _, pk := range pkts {
-			if tunnelNet.Contains(pk.Src) || tunnelNet.Contains(pk.Dst) {
-				t.Errorf("LEAK: a packet with a tunnel address on the host uplink: %v", pk)
-			}
-			if pk.SrcPort == 53 || pk.DstPort == 53 {
-				t.Errorf("LEAK: DNS on the host uplink: %v", pk)
-			}
-		}
-		if secret != nil && slices.ContainsFunc(pkts, observe.Payload(secret)) {
-			t.Errorf("LEAK: tunnelled payload in clear on the host uplink")
-		}
-		if bad := harness.Unexpected(pkts, observe.LinkNoise, harness.PoolWG, observe.Payload(ctl)); len(bad) > 0 {
-			t.Errorf("the host uplink carried more than WireGuard during the switch:\n%s", observe.Dump(bad))
-		}
-		if !slices.ContainsFunc(pkts, observe.UDP(netip.AddrPortFrom(testbed.HostUplink4, 0), harness.AP(testbed.Endpoint2, testbed.WGPort))) {
-			t.Errorf("positive control: no WireGuard traffic to the second provider on the uplink:\n%s", observe.Dump(pkts))
-		}
+		harness.PoolOnlyWireGuard(t, obs.Stop(), secret, ctl, testbed.Endpoint2)
 	}
 }
 

@@ -117,6 +117,19 @@ func (a Agent) Status(name string) (map[string]any, Output, error) {
 	return m, o, nil
 }
 
+// StatusJSON runs `status name --json` and returns its exit code (1 while
+// the namespace is degraded) and the JSON object it prints either way; it
+// fails t unless it prints one.
+func (a Agent) StatusJSON(t testing.TB, name string) (int, map[string]any) {
+	t.Helper()
+	o := a.Cmd("status", name, "--json")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(o.Stdout), &m); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, o)
+	}
+	return o.ExitCode(), m
+}
+
 // Daemon is a running `vpn-agent run`.
 type Daemon struct {
 	Args []string

@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -135,14 +134,7 @@ func TestKernelFailover(t *testing.T) {
 	d := ag.Run(t, path)
 	iface := names.Tunnel(name)
 
-	status := func() (int, map[string]any) {
-		o := ag.Cmd("status", name, "--json") // exit 1 while degraded: still a JSON object
-		var m map[string]any
-		if err := json.Unmarshal([]byte(o.Stdout), &m); err != nil {
-			t.Fatalf("status --json: %v\n%s", err, o)
-		}
-		return o.ExitCode(), m
-	}
+	status := func() (int, map[string]any) { return ag.StatusJSON(t, name) }
 	echo := func(dst netip.Addr) probe.Result {
 		return probe.TCPEcho(name, harness.AP(dst, testbed.EchoPort), harness.Marker("failover"))
 	}
@@ -293,24 +285,7 @@ func TestKernelFailover(t *testing.T) {
 	if ev := harness.Hits(t, tp.Decoy, decoyMark); len(ev) > 0 {
 		t.Errorf("LEAK: the decoys logged hits during the failover:\n%s", harness.DumpEvents(ev))
 	}
-	tunnelNet := netip.MustParsePrefix("198.19.0.0/16")
-	for _, pk := range pkts {
-		if tunnelNet.Contains(pk.Src) || tunnelNet.Contains(pk.Dst) || pk.SrcPort == 53 || pk.DstPort == 53 {
-			t.Errorf("LEAK: a tunnel address or DNS on the host uplink: %v", pk)
-		}
-	}
-	if slices.ContainsFunc(pkts, observe.Payload(secret)) {
-		t.Error("LEAK: the tunnelled stream in clear on the host uplink")
-	}
-	if bad := harness.Unexpected(pkts, observe.LinkNoise, harness.PoolWG, observe.Payload(ctl)); len(bad) > 0 {
-		t.Errorf("the host uplink carried more than WireGuard to the endpoints during the switch:\n%s", observe.Dump(bad))
-	}
-	host := netip.AddrPortFrom(testbed.HostUplink4, 0)
-	for _, ep := range []netip.Addr{testbed.Endpoint4, testbed.Endpoint2} {
-		if !slices.ContainsFunc(pkts, observe.UDP(host, harness.AP(ep, testbed.WGPort))) {
-			t.Errorf("positive control: no WireGuard to %s on the uplink during the switch:\n%s", ep, observe.Dump(pkts))
-		}
-	}
+	harness.PoolOnlyWireGuard(t, pkts, secret, ctl, testbed.Endpoint4, testbed.Endpoint2)
 	if t.Failed() {
 		return
 	}
