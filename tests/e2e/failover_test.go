@@ -184,15 +184,6 @@ func bindMount(t *testing.T, name string) string {
 	return dst
 }
 
-func readFile(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // The active provider dies under traffic (no probe configured: WireGuard's
 // own counters decide); the agent fails over to the second server, and
 // traffic and DNS resume through it. Nothing but WireGuard UDP crosses the
@@ -204,7 +195,7 @@ func TestFailoverUnderTraffic(t *testing.T) {
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
 	mounted := bindMount(t, s.name)
-	if got := readFile(t, mounted); !strings.Contains(got, "nameserver "+testbed.ProvTunnel4.String()) {
+	if got := harness.ReadFile(t, mounted); !strings.Contains(got, "nameserver "+testbed.ProvTunnel4.String()) {
 		t.Fatalf("positive control: the bind mount shows %q, not the first server's resolver", got)
 	}
 	if rc, m := s.status(t); rc != 0 || harness.JSONField(m, "server", "index") != 0.0 || harness.JSONField(m, "server", "configFile") != s.FileA {
@@ -232,7 +223,7 @@ func TestFailoverUnderTraffic(t *testing.T) {
 	}
 	check(secret)
 
-	if got := readFile(t, mounted); !strings.Contains(got, "nameserver "+testbed.Prov2Tunnel4.String()) || strings.Contains(got, testbed.ProvTunnel4.String()) {
+	if got := harness.ReadFile(t, mounted); !strings.Contains(got, "nameserver "+testbed.Prov2Tunnel4.String()) || strings.Contains(got, testbed.ProvTunnel4.String()) {
 		t.Errorf("the bind mount of resolv.conf shows %q after the failover, want only the second server's resolver", got)
 	}
 	rc, m := s.healthyStatus(t, 5*time.Second)

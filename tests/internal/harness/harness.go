@@ -115,6 +115,16 @@ func trim(s string) string {
 	return s
 }
 
+// ReadFile returns the file's contents and fails t if it cannot be read.
+func ReadFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // Mounted reports whether namespace name is live (an nsfs bind mount at
 // its path), not just a leftover file. It is the tests' own check, not
 // the agent's.

@@ -139,11 +139,8 @@ func TestKernelFailover(t *testing.T) {
 		return probe.TCPEcho(name, harness.AP(dst, testbed.EchoPort), harness.Marker("failover"))
 	}
 	resolver := func() netip.Addr {
-		b, err := os.ReadFile(names.ResolvConf(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(string(b), "\n") {
+		b := harness.ReadFile(t, names.ResolvConf(name))
+		for _, l := range strings.Split(b, "\n") {
 			if f := strings.Fields(l); len(f) == 2 && f[0] == "nameserver" {
 				if a, err := netip.ParseAddr(f[1]); err == nil {
 					return a
