@@ -356,44 +356,21 @@ func hijackDefaultRoute(t *testing.T, c *confined) (restore func()) {
 	}
 }
 
-// leakProbes tries every way out of ns that must be closed: decoys on the
-// internet over TCP, UDP, ICMP and DNS (v4 and v6), the host itself, the
-// LAN, multicast and broadcast. None may reach its target.
+// leakProbes tries every way out of ns that must be closed: the VM tier's
+// harness.LeakProbes and a few more (HTTPS to the IPv4 decoy, pings to the
+// uplink's far end and a LAN host, mDNS and LLMNR). None may reach its
+// target.
 func leakProbes(ns string) []probe.Result {
 	m := harness.Marker("leak")
-	q := func(server netip.AddrPort, network string) func() probe.Result {
-		return func() probe.Result { return probe.DNS(ns, server, network, testbed.TargetName, dnsmessage.TypeA) }
-	}
-	send := func(dst string) func() probe.Result {
-		return func() probe.Result { return probe.UDPSend(ns, netip.MustParseAddrPort(dst), m) }
-	}
-	return probe.All(
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget4, 80)) },
+	return probe.All(append(harness.LeakProbes(ns, m),
 		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget4, 443)) },
-		func() probe.Result { return probe.TCPEcho(ns, harness.AP(testbed.DecoyTarget4, testbed.EchoPort), m) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget6, 443)) },
-		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget4, 443), m) },
-		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget6, testbed.EchoPort), m) },
-		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget4) },
-		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget6) },
 		func() probe.Result { return probe.Ping(ns, testbed.InetHostSide4) },
-		func() probe.Result { return probe.Ping(ns, testbed.HostUplink4) },
-		func() probe.Result { return probe.Ping(ns, testbed.HostLinkHost.Addr()) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.HostLinkHost.Addr(), 22)) },
 		func() probe.Result { return probe.Ping(ns, testbed.LANHost4) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.LANHost4, 22)) },
-		q(harness.AP(testbed.DecoyDNS4, 53), "udp"),
-		q(harness.AP(testbed.DecoyDNS4, 53), "tcp"),
-		q(harness.AP(testbed.DecoyDNS4, 853), "tcp"),
-		q(harness.AP(testbed.DecoyDNS4, 5353), "udp"),
-		q(harness.AP(testbed.DecoyDNS4, 5355), "udp"),
-		q(harness.AP(testbed.DecoyDNS6, 53), "udp"),
-		send("224.0.0.251:5353"),
-		send("224.0.0.252:5355"),
-		send("255.255.255.255:9"),
-		send("198.19.0.3:9"), // the host link's broadcast address
-		send("[ff05::1:3]:5355"),
-	)
+		harness.DNSLeak(ns, harness.AP(testbed.DecoyDNS4, 5353), "udp", dnsmessage.TypeA),
+		harness.DNSLeak(ns, harness.AP(testbed.DecoyDNS4, 5355), "udp", dnsmessage.TypeA),
+		harness.SendLeak(ns, "224.0.0.252:5355", m),
+		harness.SendLeak(ns, "[ff05::1:3]:5355", m),
+	)...)
 }
 
 // tunnelProbes reach for the provider's tunnel-side services.

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
@@ -72,38 +70,10 @@ func (c *kernelConfined) tableLoaded() bool {
 	return err == nil
 }
 
-// vmLeakProbes tries every way out of ns that must stay closed whatever state the tunnel is
-// in: decoys on the "internet" over TCP, UDP, ICMP and DNS (IPv4 and IPv6), the host's own
-// addresses (uplink and host-link end), the LAN, multicast and broadcast.
+// vmLeakProbes runs harness.LeakProbes: every way out of ns that must stay closed whatever
+// state the tunnel is in.
 func vmLeakProbes(ns string) []probe.Result {
-	m := harness.Marker("leak")
-	q := func(server netip.AddrPort, network string, qt dnsmessage.Type) func() probe.Result {
-		return func() probe.Result { return probe.DNS(ns, server, network, testbed.TargetName, qt) }
-	}
-	send := func(dst string) func() probe.Result {
-		return func() probe.Result { return probe.UDPSend(ns, netip.MustParseAddrPort(dst), m) }
-	}
-	hl := testbed.HostLinkHost.Addr()
-	return probe.All(
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget4, 80)) },
-		func() probe.Result { return probe.TCPEcho(ns, harness.AP(testbed.DecoyTarget4, testbed.EchoPort), m) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget6, 443)) },
-		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget4, 443), m) },
-		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget6, testbed.EchoPort), m) },
-		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget4) },
-		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget6) },
-		func() probe.Result { return probe.Ping(ns, testbed.HostUplink4) },
-		func() probe.Result { return probe.Ping(ns, hl) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(hl, 22)) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.LANHost4, 22)) },
-		q(harness.AP(testbed.DecoyDNS4, 53), "udp", dnsmessage.TypeA),
-		q(harness.AP(testbed.DecoyDNS4, 53), "tcp", dnsmessage.TypeA),
-		q(harness.AP(testbed.DecoyDNS4, 853), "tcp", dnsmessage.TypeA),
-		q(harness.AP(testbed.DecoyDNS6, 53), "udp", dnsmessage.TypeAAAA),
-		send("224.0.0.251:5353"),
-		send("255.255.255.255:9"),
-		send("198.19.0.3:9"), // the host link's broadcast address
-	)
+	return probe.All(harness.LeakProbes(ns, harness.Marker("leak"))...)
 }
 
 // hijackRoutes points the namespace's default routes at the host link, as a process with

@@ -29,7 +29,7 @@ func TestSystemdNetworkNamespacePath(t *testing.T) {
 	requireGuest(t)
 	const ns = "smk-unit"
 	addNetns(t, ns)
-	run(t, "ip", "netns", "exec", ns, "ip", "link", "add", "smk-dummy", "type", "dummy")
+	runIn(t, ns, "ip", "link", "add", "smk-dummy", "type", "dummy")
 	out := run(t, "systemd-run", "--quiet", "--wait", "--pipe", "--collect",
 		"-p", "NetworkNamespacePath=/run/netns/"+ns, "ip", "-o", "link", "show")
 	var names []string
