@@ -289,7 +289,7 @@ func TestAgentKillSwitch(t *testing.T) {
 			}
 			check("tunnel broken")
 			// Route everything over the host link; the kill switch must hold.
-			restore := hijackDefaultRoute(t, c)
+			restore := harness.HijackRoutes(t, c.name)
 			check("default route via the host link")
 			restore()
 
@@ -321,38 +321,6 @@ func TestAgentKillSwitch(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// hijackDefaultRoute points the namespace's default routes at the host
-// link, as a process with CAP_NET_ADMIN inside could, and returns a func
-// that puts the original default routes back.
-func hijackDefaultRoute(t *testing.T, c *confined) (restore func()) {
-	t.Helper()
-	var saved [][]string
-	for _, fam := range []string{"-4", "-6"} {
-		out, _ := harness.Output(c.name, "ip", "-o", fam, "route", "show", "default")
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if f := strings.Fields(line); len(f) > 0 {
-				saved = append(saved, append([]string{"ip", fam, "route", "replace"}, f...))
-			}
-		}
-	}
-	nsIf := names.NSVeth(c.name)
-	if _, err := harness.Output(c.name, "ip", "route", "replace", "default", "via", testbed.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
-		t.Logf("could not add the escape route (the agent may be rebuilding): %v", err)
-	}
-	if _, err := harness.Output(c.name, "ip", "-6", "route", "replace", "default", "dev", nsIf); err != nil {
-		t.Logf("no IPv6 escape route (expected: the agent disables IPv6 on the host link): %v", err)
-	}
-	return func() {
-		harness.Output(c.name, "ip", "route", "del", "default", "dev", nsIf)
-		harness.Output(c.name, "ip", "-6", "route", "del", "default", "dev", nsIf)
-		for _, argv := range saved {
-			if _, err := harness.Output(c.name, argv...); err != nil {
-				t.Logf("restoring %v: %v", argv, err)
-			}
-		}
 	}
 }
 
@@ -467,7 +435,7 @@ func TestAgentLeakDetection(t *testing.T) {
 	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
 	veth := observe.Start(t, tp.Host, names.HostVeth(c.name), nil)
 	mark := tp.Decoy.Mark()
-	restore := hijackDefaultRoute(t, c)
+	restore := harness.HijackRoutes(t, c.name)
 	defer restore()
 
 	rs := leakProbes(c.name)

@@ -76,33 +76,6 @@ func vmLeakProbes(ns string) []probe.Result {
 	return probe.All(harness.LeakProbes(ns, harness.Marker("leak"))...)
 }
 
-// hijackRoutes points the namespace's default routes at the host link, as a process with
-// CAP_NET_ADMIN inside could, and returns a func that restores the saved default routes.
-func hijackRoutes(t *testing.T, ns string) (restore func()) {
-	t.Helper()
-	var saved [][]string
-	for _, fam := range []string{"-4", "-6"} {
-		out, _ := harness.Output(ns, "ip", "-o", fam, "route", "show", "default")
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if f := strings.Fields(line); len(f) > 0 {
-				saved = append(saved, append([]string{"ip", fam, "route", "replace"}, f...))
-			}
-		}
-	}
-	nsIf := names.NSVeth(ns)
-	if _, err := harness.Output(ns, "ip", "route", "replace", "default", "via", testbed.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
-		t.Logf("no escape route (the agent may be rebuilding): %v", err)
-	}
-	harness.Output(ns, "ip", "-6", "route", "replace", "default", "dev", nsIf) // IPv6 is off on the host link
-	return func() {
-		harness.Output(ns, "ip", "route", "del", "default", "dev", nsIf)
-		harness.Output(ns, "ip", "-6", "route", "del", "default", "dev", nsIf)
-		for _, argv := range saved {
-			harness.Output(ns, argv...)
-		}
-	}
-}
-
 // TestKernelLeakMatrix: the leak matrix's failure states on the kernel backend. Each state
 // gets a fresh topology whose provider runs kernel WireGuard and an agent (backend auto →
 // kernel, with a host link and a published port); the state is induced, then every leak
@@ -205,7 +178,7 @@ func TestKernelLeakMatrix(t *testing.T) {
 				}
 			}
 			round("own routes")
-			restore := hijackRoutes(t, c.name)
+			restore := harness.HijackRoutes(t, c.name)
 			round("default route via the host link")
 			restore()
 
