@@ -2,7 +2,6 @@ package guest
 
 import (
 	"encoding/json"
-	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
 )
 
@@ -142,21 +140,15 @@ func TestKernelLeakMatrix(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			c := startKernelConfined(t)
-			tp := c.tp
 			if r := c.tunnelEcho(5 * time.Second); !r.Reached() {
 				t.Fatalf("precondition: no traffic through the tunnel: %v\n%s", r, c.d.Output())
 			}
 			if st, _, err := c.ag.Status(c.name); err != nil || st["backend"] != "kernel" {
 				t.Fatalf("precondition: status backend %v (%v), want kernel", st["backend"], err)
 			}
-			hostIf := names.HostVeth(c.name)
-			up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
-			lan := observe.Start(t, tp.Host, testbed.HostLANIf, nil)
-			veth := observe.Start(t, tp.Host, hostIf, nil)
-
+			w := c.tp.WatchHost(t, c.name)
 			after := st.breakIt(t, c)
-
-			mark, dm := tp.DecoyControl(t) // the decoy log's positive control
+			w.MarkDecoys(t)
 
 			var all []probe.Result
 			reached := 0
@@ -182,29 +174,7 @@ func TestKernelLeakMatrix(t *testing.T) {
 			round("default route via the host link")
 			restore()
 
-			ctlUp := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
-			ctlLAN := harness.Control(t, lan, tp.Host, harness.AP(testbed.LANHost4, testbed.ControlPort))
-			ctlVeth := harness.Control(t, veth, tp.Host, netip.AddrPortFrom(testbed.HostLinkNS.Addr(), testbed.ControlPort))
-			badUp := harness.Unexpected(up.Stop(), observe.LinkNoise, harness.WGTraffic, harness.WGBounceEitherWay, observe.Payload(ctlUp), observe.Payload(dm))
-			badLAN := harness.Unexpected(lan.Stop(), observe.LinkNoise, observe.Payload(ctlLAN), observe.Payload(dm))
-			vethPkts := harness.Unexpected(veth.Stop(), observe.LinkNoise, observe.Payload(ctlVeth))
-			dev := harness.Hits(t, tp.Decoy, mark)
-			if len(badUp) > 0 {
-				t.Errorf("LEAK on the host uplink:\n%s", observe.Dump(badUp))
-			}
-			if len(badLAN) > 0 {
-				t.Errorf("LEAK on the host's LAN link:\n%s", observe.Dump(badLAN))
-			}
-			badVeth := vethPkts
-			if st.vethOK {
-				t.Logf("without its kill switch the namespace sent %d packets onto the host link; the host-side table kept them there", len(vethPkts))
-				badVeth = nil
-			} else if len(badVeth) > 0 {
-				t.Errorf("the namespace sent on the host link (%s):\n%s", hostIf, observe.Dump(badVeth))
-			}
-			if len(dev) > 0 {
-				t.Errorf("LEAK: the decoys saw:\n%s", harness.DumpEvents(dev))
-			}
+			leaks := reached + w.Stop(t, harness.WGBounceEitherWay).Report(t, st.vethOK)
 			if after != nil {
 				after()
 			}
@@ -225,7 +195,6 @@ func TestKernelLeakMatrix(t *testing.T) {
 			} else {
 				t.Logf("status after: %s", out.Stdout+out.Stderr)
 			}
-			leaks := reached + len(badUp) + len(badLAN) + len(badVeth) + len(dev)
 			vmsummary("leakstate %s probes=%d leaks=%d controls=ok", st.name, len(all), leaks)
 		})
 	}
