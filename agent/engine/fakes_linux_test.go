@@ -106,6 +106,17 @@ func (w *world) snapshot() string {
 	return strings.Join(out, "\n")
 }
 
+// callsBut lists the calls made, in order, without those skip matches.
+func (w *world) callsBut(skip func(call string) bool) []string {
+	var out []string
+	for _, c := range w.calls {
+		if !skip(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // index returns the position of the first call with prefix op, or -1.
 func (w *world) index(op string) int {
 	return slices.IndexFunc(w.calls, func(c string) bool { return strings.HasPrefix(c, op) })
