@@ -76,39 +76,30 @@ func CompileHost(s *config.Spec) *Ruleset {
 			{
 				Name: "forward", Type: ChainFilter, Hook: HookForward, Priority: PriorityFilter, Policy: PolicyAccept,
 				Comment: "the host link is never a route out of the namespace",
-				Rules: []Rule{
-					{
-						Exprs:   []Expr{host, CtStateMatch{CtEstablished | CtRelated}, Accept},
-						Comment: "replies from the namespace's published services",
-					},
-					{
-						Exprs:   []Expr{host, CounterRef{CounterHostFwdFromNS}, Drop},
-						Comment: "the namespace may not route out through the host: count and drop",
-					},
-					{
-						Exprs:   []Expr{toNS, CtStatusDNAT{}, Accept},
-						Comment: "only published (DNATed) connections are routed into the namespace",
-					},
-					{
-						Exprs:   []Expr{toNS, CounterRef{CounterHostFwdToNS}, Drop},
-						Comment: "nothing else is routed into the namespace: count and drop",
-					},
-				},
+				Rules: slices.Concat(
+					acceptElseDrop(host, CtStateMatch{CtEstablished | CtRelated}, CounterHostFwdFromNS,
+						"replies from the namespace's published services",
+						"the namespace may not route out through the host: count and drop"),
+					acceptElseDrop(toNS, CtStatusDNAT{}, CounterHostFwdToNS,
+						"only published (DNATed) connections are routed into the namespace",
+						"nothing else is routed into the namespace: count and drop")),
 			},
 			{
 				Name: "input", Type: ChainFilter, Hook: HookInput, Priority: PriorityFilter, Policy: PolicyAccept,
 				Comment: "the namespace may not open connections to host sockets",
-				Rules: []Rule{
-					{
-						Exprs:   []Expr{host, CtStateMatch{CtEstablished | CtRelated}, Accept},
-						Comment: "replies to the host's own connections into the namespace",
-					},
-					{
-						Exprs:   []Expr{host, CounterRef{CounterHostInFromNS}, Drop},
-						Comment: "nothing else from the namespace reaches host sockets: count and drop",
-					},
-				},
+				Rules: acceptElseDrop(host, CtStateMatch{CtEstablished | CtRelated}, CounterHostInFromNS,
+					"replies to the host's own connections into the namespace",
+					"nothing else from the namespace reaches host sockets: count and drop"),
 			},
 		},
+	}
+}
+
+// acceptElseDrop accepts the packets on matches that also match ok, and
+// counts (in counter) and drops the rest of them.
+func acceptElseDrop(on, ok Expr, counter, accepted, dropped string) []Rule {
+	return []Rule{
+		{Exprs: []Expr{on, ok, Accept}, Comment: accepted},
+		{Exprs: []Expr{on, CounterRef{counter}, Drop}, Comment: dropped},
 	}
 }

@@ -26,75 +26,59 @@ func (e *MismatchError) Error() string {
 // diff compares a loaded state with the expected one (both canonical).
 // Chains and sets are compared by name, in any order; rules in order.
 func diff(got, want *State) error {
-	var d []string
-	add := func(format string, a ...any) { d = append(d, fmt.Sprintf(format, a...)) }
 	if !got.Loaded {
 		return &MismatchError{Table: want.Table, Diffs: []string{"table is not loaded"}}
 	}
-	gotC := map[string]bool{}
-	for _, c := range got.Counters {
-		gotC[c.Name] = true
-	}
-	for _, c := range want.Counters {
-		if !gotC[c.Name] {
-			add("counter %s is missing", c.Name)
-		}
-		delete(gotC, c.Name)
-	}
-	for _, c := range got.Counters {
-		if gotC[c.Name] {
-			add("unexpected counter %s", c.Name)
-		}
-	}
-
-	gotS := map[string]SetState{}
-	for _, s := range got.Sets {
-		gotS[s.Name] = s
-	}
-	for _, w := range want.Sets {
-		g, ok := gotS[w.Name]
-		delete(gotS, w.Name)
+	d := diffByName("counter", got.Counters, want.Counters, func(c CounterState) string { return c.Name }, nil)
+	d = append(d, diffByName("set", got.Sets, want.Sets, func(s SetState) string { return s.Name }, func(g, w SetState) []string {
 		switch {
-		case !ok:
-			add("set %s is missing", w.Name)
 		case g.Type != w.Type || g.Interval != w.Interval:
-			add("set %s is %s interval=%t, want %s interval=%t", w.Name, g.Type, g.Interval, w.Type, w.Interval)
+			return []string{fmt.Sprintf("set %s is %s interval=%t, want %s interval=%t", w.Name, g.Type, g.Interval, w.Type, w.Interval)}
 		case strings.Join(g.Elements, ",") != strings.Join(w.Elements, ","):
-			add("set %s has {%s}, want {%s}", w.Name, strings.Join(g.Elements, ", "), strings.Join(w.Elements, ", "))
+			return []string{fmt.Sprintf("set %s has {%s}, want {%s}", w.Name, strings.Join(g.Elements, ", "), strings.Join(w.Elements, ", "))}
 		}
-	}
-	for _, s := range got.Sets {
-		if _, extra := gotS[s.Name]; extra {
-			add("unexpected set %s", s.Name)
-		}
-	}
-
-	gotCh := map[string]ChainState{}
-	for _, c := range got.Chains {
-		gotCh[c.Name] = c
-	}
-	for _, w := range want.Chains {
-		g, ok := gotCh[w.Name]
-		delete(gotCh, w.Name)
-		if !ok {
-			add("chain %s is missing", w.Name)
-			continue
-		}
+		return nil
+	})...)
+	d = append(d, diffByName("chain", got.Chains, want.Chains, func(c ChainState) string { return c.Name }, func(g, w ChainState) []string {
+		var d []string
 		if g.Type != w.Type || g.Hook != w.Hook || g.Priority != w.Priority || g.Policy != w.Policy {
-			add("chain %s is %s hook %s priority %d policy %s, want %s hook %s priority %d policy %s",
-				w.Name, g.Type, g.Hook, g.Priority, g.Policy, w.Type, w.Hook, w.Priority, w.Policy)
+			d = append(d, fmt.Sprintf("chain %s is %s hook %s priority %d policy %s, want %s hook %s priority %d policy %s",
+				w.Name, g.Type, g.Hook, g.Priority, g.Policy, w.Type, w.Hook, w.Priority, w.Policy))
 		}
-		d = append(d, diffRules(w.Name, g.Rules, w.Rules)...)
-	}
-	for _, c := range got.Chains {
-		if _, extra := gotCh[c.Name]; extra {
-			add("unexpected chain %s", c.Name)
-		}
-	}
+		return append(d, diffRules(w.Name, g.Rules, w.Rules)...)
+	})...)
 	if len(d) == 0 {
 		return nil
 	}
 	return &MismatchError{Table: want.Table, Diffs: d}
+}
+
+// diffByName pairs the loaded items with the expected ones by name, in any
+// order: an expected one not loaded is "KIND NAME is missing", a loaded one
+// not expected "unexpected KIND NAME"; same (nil: nothing more to compare)
+// lists how a pair differs.
+func diffByName[T any](kind string, got, want []T, name func(T) string, same func(g, w T) []string) []string {
+	loaded := map[string]T{}
+	for _, g := range got {
+		loaded[name(g)] = g
+	}
+	var d []string
+	for _, w := range want {
+		g, ok := loaded[name(w)]
+		delete(loaded, name(w))
+		switch {
+		case !ok:
+			d = append(d, fmt.Sprintf("%s %s is missing", kind, name(w)))
+		case same != nil:
+			d = append(d, same(g, w)...)
+		}
+	}
+	for _, g := range got {
+		if _, extra := loaded[name(g)]; extra {
+			d = append(d, fmt.Sprintf("unexpected %s %s", kind, name(g)))
+		}
+	}
+	return d
 }
 
 // diffRules aligns the loaded rules with the expected ones (longest common

@@ -137,21 +137,21 @@ func (c *lowerCtx) lower(e Expr) ([]expr.Any, error) {
 }
 
 func (c *lowerCtx) needNFProto(v6 bool) []expr.Any {
-	p := nfproto(v6)
-	if c.nfproto == p {
-		return nil
-	}
-	c.nfproto = p
-	return metaEq(expr.MetaKeyNFPROTO, p)
+	return need(&c.nfproto, expr.MetaKeyNFPROTO, nfproto(v6))
 }
 
 func (c *lowerCtx) needL4(p Proto) []expr.Any {
-	n := l4proto(p)
-	if c.l4 == n {
+	return need(&c.l4, expr.MetaKeyL4PROTO, l4proto(p))
+}
+
+// need returns the meta check that key is v, unless the rule already made
+// it (*known is v); it records v as known.
+func need(known *byte, key expr.MetaKey, v byte) []expr.Any {
+	if *known == v {
 		return nil
 	}
-	c.l4 = n
-	return metaEq(expr.MetaKeyL4PROTO, n)
+	*known = v
+	return metaEq(key, v)
 }
 
 func (c *lowerCtx) lookup(name string) (expr.Any, error) {

@@ -30,12 +30,8 @@ func cmdRun(args []string, out io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
-	log, s, eng, abs, err := prepare(*cfg, *level, *format)
+	log, s, eng, abs, err := prepare(*cfg, *level, *format, *adopt)
 	if err != nil {
-		return fail(err)
-	}
-	eng.Adopt = *adopt
-	if err := preflight(eng, s); err != nil {
 		return fail(err)
 	}
 	load := func() (*config.Spec, error) { return loadSpec(abs, false) }
@@ -55,12 +51,8 @@ func cmdUp(args []string, out io.Writer) int {
 		return rc
 	}
 	start := time.Now()
-	_, s, eng, abs, err := prepare(*cfg, *level, *format)
+	_, s, eng, abs, err := prepare(*cfg, *level, *format, *adopt)
 	if err != nil {
-		return fail(err)
-	}
-	eng.Adopt = *adopt
-	if err := preflight(eng, s); err != nil {
 		return fail(err)
 	}
 	backend, err := eng.Backend(s)
@@ -158,8 +150,9 @@ func cmdDown(args []string, out io.Writer) int {
 const adoptHelp = "take over a namespace, or host links named after it, that vpn-agent did not create (their routes, addresses and firewall are replaced)"
 
 // prepare is what run and up share: a logger, the resolved config (its
-// warnings logged), an engine and the config's absolute path for state.
-func prepare(cfg, level, format string) (*slog.Logger, *config.Spec, *engine.Engine, string, error) {
+// warnings logged), an engine (adopting what it finds when adopt) and the
+// config's absolute path for state, once the preflight checks passed.
+func prepare(cfg, level, format string, adopt bool) (*slog.Logger, *config.Spec, *engine.Engine, string, error) {
 	log := newLogger(level, format)
 	s, err := loadSpec(cfg, false)
 	if err != nil {
@@ -172,7 +165,12 @@ func prepare(cfg, level, format string) (*slog.Logger, *config.Spec, *engine.Eng
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	return log, s, newEngine(log), abs, nil
+	eng := newEngine(log)
+	eng.Adopt = adopt
+	if err := preflight(eng, s); err != nil {
+		return nil, nil, nil, "", err
+	}
+	return log, s, eng, abs, nil
 }
 
 func newEngine(log *slog.Logger) *engine.Engine {

@@ -34,6 +34,19 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// secondServer writes a pool's second server, nl.conf (address
+// 10.3.0.7/32, its own keys, endpoint, and DNS = dns unless empty), and
+// returns its path.
+func (f *fixture) secondServer(t *testing.T, dns, endpoint string) string {
+	t.Helper()
+	if dns != "" {
+		dns = "DNS = " + dns + "\n"
+	}
+	p := filepath.Join(f.dir, "nl.conf")
+	write(t, p, "[Interface]\nPrivateKey = "+genKey(t).String()+"\nAddress = 10.3.0.7/32\n"+dns+"\n[Peer]\nPublicKey = "+genKey(t).PublicKey().String()+"\nEndpoint = "+endpoint+"\nAllowedIPs = 0.0.0.0/0\n", 0o600)
+	return p
+}
+
 func write(t *testing.T, p, s string, mode os.FileMode) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(s), mode); err != nil {

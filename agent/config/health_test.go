@@ -2,15 +2,13 @@ package config
 
 import (
 	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
 )
 
 func TestPool(t *testing.T) {
 	f := newFixture(t)
-	second := filepath.Join(f.dir, "nl.conf")
-	write(t, second, "[Interface]\nPrivateKey = "+genKey(t).String()+"\nAddress = 10.3.0.7/32\nDNS = 10.3.0.1\n\n[Peer]\nPublicKey = "+genKey(t).PublicKey().String()+"\nEndpoint = nl.vpn.example:51820\nAllowedIPs = 0.0.0.0/0\n", 0o600)
+	second := f.secondServer(t, "10.3.0.1", "nl.vpn.example:51820")
 	s, err := resolveJSON(t, map[string]any{"name": "proton", "wireguard": map[string]any{"configFiles": []any{f.wgFile, second}}})
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +23,7 @@ func TestPool(t *testing.T) {
 		t.Errorf("first server: %v, second's endpoint %s", s.Addresses, s.Pool[1].Peers[0].Endpoint)
 	}
 	// A bad server is named by its index in the pool, with its line.
-	write(t, second, "[Interface]\nPrivateKey = "+genKey(t).String()+"\nAddress = 10.3.0.7/32\nDNS = 127.0.0.1\n\n[Peer]\nPublicKey = "+genKey(t).PublicKey().String()+"\nEndpoint = 192.0.2.9:51820\nAllowedIPs = 0.0.0.0/0\n", 0o600)
+	f.secondServer(t, "127.0.0.1", "192.0.2.9:51820")
 	_, err = resolveJSON(t, map[string]any{"name": "proton", "wireguard": map[string]any{"configFiles": []any{f.wgFile, second}}})
 	wantErr(t, err, "wireguard.configFiles[1]", second+" line 4: DNS: 127.0.0.1")
 	for _, tc := range []struct {

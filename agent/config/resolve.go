@@ -259,8 +259,8 @@ func resolveWireGuard(c *Config, s *Spec, opts Options) error {
 		return fieldErr("wireguard.mtu", "use at least 1280 when IPv6 is tunnelled", "%d is below the IPv6 minimum MTU", s.MTU)
 	}
 	if w.ListenPort != 0 {
-		if w.ListenPort < 1 || w.ListenPort > 65535 {
-			return fieldErr("wireguard.listenPort", "use 1–65535, or 0 for a random port", "%d is out of range", w.ListenPort)
+		if err := checkPort("wireguard.listenPort", "use 1–65535, or 0 for a random port", w.ListenPort); err != nil {
+			return err
 		}
 		s.ListenPort = w.ListenPort
 	}
@@ -456,8 +456,8 @@ func resolvePorts(c *Config, s *Spec) error {
 		if err != nil {
 			return err
 		}
-		if p.Port < 1 || p.Port > 65535 {
-			return fieldErr(field+".port", "use 1–65535", "%d is out of range", p.Port)
+		if err := checkPort(field+".port", "use 1–65535", p.Port); err != nil {
+			return err
 		}
 		for _, proto := range protos {
 			key := fmt.Sprintf("%s/%d", proto, p.Port)
@@ -474,6 +474,14 @@ func resolvePorts(c *Config, s *Spec) error {
 	}
 	sortPorts(s.OpenTCP)
 	sortPorts(s.OpenUDP)
+	return nil
+}
+
+// checkPort refuses p unless it is a port number, 1–65535.
+func checkPort(field, fix string, p int) error {
+	if p < 1 || p > 65535 {
+		return fieldErr(field, fix, "%d is out of range", p)
+	}
 	return nil
 }
 
@@ -538,11 +546,11 @@ func resolveHostLink(c *Config, s *Spec) error {
 		if err != nil {
 			return err
 		}
-		if m.From < 1 || m.From > 65535 {
-			return fieldErr(field+".from", "use a host port 1–65535", "%d is out of range", m.From)
+		if err := checkPort(field+".from", "use a host port 1–65535", m.From); err != nil {
+			return err
 		}
-		if m.To < 1 || m.To > 65535 {
-			return fieldErr(field+".to", "use a namespace port 1–65535", "%d is out of range", m.To)
+		if err := checkPort(field+".to", "use a namespace port 1–65535", m.To); err != nil {
+			return err
 		}
 		for _, proto := range protos {
 			key := fmt.Sprintf("%s/%d", proto, m.From)

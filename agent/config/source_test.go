@@ -1,14 +1,12 @@
 package config
 
 import (
-	"path/filepath"
 	"testing"
 )
 
 func TestConfigFile(t *testing.T) {
 	f := newFixture(t)
-	second := filepath.Join(f.dir, "nl.conf")
-	write(t, second, "[Interface]\nPrivateKey = "+genKey(t).String()+"\nAddress = 10.3.0.7/32\n\n[Peer]\nPublicKey = "+genKey(t).PublicKey().String()+"\nEndpoint = nl.vpn.example:51820\nAllowedIPs = 0.0.0.0/0\n", 0o600)
+	second := f.secondServer(t, "", "nl.vpn.example:51820")
 	s, err := resolveJSON(t, map[string]any{"name": "proton", "dns": map[string]any{"servers": []any{"10.2.0.1"}}, "wireguard": map[string]any{"configFiles": []any{f.wgFile, second}}})
 	if err != nil {
 		t.Fatal(err)

@@ -55,6 +55,36 @@ func (w *world) call(op string) error {
 	return w.fail[op]
 }
 
+// set records op and, unless it fails, marks key in m.
+func (w *world) set(op string, m map[string]bool, key string) error {
+	if err := w.call(op); err != nil {
+		return err
+	}
+	m[key] = true
+	return nil
+}
+
+// remove records op and, unless it fails, removes key from every map in ms.
+func (w *world) remove(op, key string, ms ...map[string]bool) error {
+	if err := w.call(op); err != nil {
+		return err
+	}
+	for _, m := range ms {
+		delete(m, key)
+	}
+	return nil
+}
+
+// removeHostLink records op+hostIf and, unless it fails, removes the host
+// link and its alias.
+func (w *world) removeHostLink(op, hostIf string) error {
+	if err := w.remove(op+hostIf, hostIf, w.hostLinks); err != nil {
+		return err
+	}
+	delete(w.aliases, hostIf)
+	return nil
+}
+
 func (w *world) violate(format string, args ...any) {
 	w.violations = append(w.violations, fmt.Sprintf(format, args...))
 }
@@ -75,6 +105,17 @@ func (w *world) snapshot() string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, "\n")
+}
+
+// callsBut lists the calls made, in order, without those skip matches.
+func (w *world) callsBut(skip func(call string) bool) []string {
+	var out []string
+	for _, c := range w.calls {
+		if !skip(c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // index returns the position of the first call with prefix op, or -1.
@@ -135,11 +176,7 @@ func (f fakeFirewall) Create(r *policy.Ruleset, nsPath string) error {
 	return nil
 }
 func (f fakeFirewall) Apply(r *policy.Ruleset, nsPath string) error {
-	if err := f.call("fw.apply " + nsPath + " " + r.Name); err != nil {
-		return err
-	}
-	f.tables[nsPath+" "+r.Name] = true
-	return nil
+	return f.set("fw.apply "+nsPath+" "+r.Name, f.tables, nsPath+" "+r.Name)
 }
 func (f fakeFirewall) SetForwarded(nsPath, table string, fwd policy.Forwarded) error {
 	if !f.tables[nsPath+" "+table] {
@@ -151,11 +188,7 @@ func (f fakeFirewall) Remove(nsPath, table string) error {
 	if nsPath != "" || table == names.Table {
 		f.violate("fw.remove %s %s: the kill switch was removed", nsPath, table)
 	}
-	if err := f.call("fw.remove " + nsPath + " " + table); err != nil {
-		return err
-	}
-	delete(f.tables, nsPath+" "+table)
-	return nil
+	return f.remove("fw.remove "+nsPath+" "+table, nsPath+" "+table, f.tables)
 }
 
 type fakeLinks struct{ *world }
@@ -185,26 +218,13 @@ func (f fakeLinks) CreateHostLink(s *config.Spec) (func() error, error) {
 	return func() error { return f.DeleteHostLink(s.HostLink.HostIf) }, nil
 }
 func (f fakeLinks) DeleteHostLink(hostIf string) error {
-	if err := f.call("hostlink.delete " + hostIf); err != nil {
-		return err
-	}
-	delete(f.hostLinks, hostIf)
-	delete(f.aliases, hostIf)
-	return nil
+	return f.removeHostLink("hostlink.delete ", hostIf)
 }
 func (f fakeLinks) EnableForwarding(ns string) error {
-	if err := f.call("forwarding.enable " + ns); err != nil {
-		return err
-	}
-	f.forwarding[ns] = true
-	return nil
+	return f.set("forwarding.enable "+ns, f.forwarding, ns)
 }
 func (f fakeLinks) ReleaseForwarding(ns string) error {
-	if err := f.call("forwarding.release " + ns); err != nil {
-		return err
-	}
-	delete(f.forwarding, ns)
-	return nil
+	return f.remove("forwarding.release "+ns, ns, f.forwarding)
 }
 func (f fakeLinks) HostLinkAlias(name string) (bool, string) {
 	return f.hostLinks[name], f.aliases[name]
@@ -237,20 +257,10 @@ func (f fakeTunnels) Reconfigure(_ context.Context, s *config.Spec) error {
 	return nil
 }
 func (f fakeTunnels) Destroy(ns, iface string) error {
-	if err := f.call("tunnel.destroy " + iface); err != nil {
-		return err
-	}
-	delete(f.tunnels, ns+"/"+iface)
-	delete(f.configured, ns+"/"+iface)
-	return nil
+	return f.remove("tunnel.destroy "+iface, ns+"/"+iface, f.tunnels, f.configured)
 }
 func (f fakeTunnels) RemoveStaleHostLink(ns, iface string) error {
-	if err := f.call("tunnel.remove-stale " + iface); err != nil {
-		return err
-	}
-	delete(f.hostLinks, iface)
-	delete(f.aliases, iface)
-	return nil
+	return f.removeHostLink("tunnel.remove-stale ", iface)
 }
 
 // fakeTunnel is a tunnel in the fake world. Kill closes Done, as a
@@ -274,18 +284,13 @@ type fakeFiles struct{ *world }
 
 func (f fakeFiles) WriteResolver(s *config.Spec) (bool, error) {
 	created := !f.resolver[s.Name]
-	if err := f.call("files.resolver " + s.Name); err != nil {
+	if err := f.set("files.resolver "+s.Name, f.resolver, s.Name); err != nil {
 		return false, err
 	}
-	f.resolver[s.Name] = true
 	return created, nil
 }
 func (f fakeFiles) RemoveResolver(name string) error {
-	if err := f.call("files.remove-resolver " + name); err != nil {
-		return err
-	}
-	delete(f.resolver, name)
-	return nil
+	return f.remove("files.remove-resolver "+name, name, f.resolver)
 }
 func (f fakeFiles) RewriteResolvConf(s *config.Spec) error {
 	if err := f.call("files.rewrite-resolv " + s.Name); err != nil {
@@ -297,28 +302,18 @@ func (f fakeFiles) RewriteResolvConf(s *config.Spec) error {
 	return nil
 }
 func (f fakeFiles) WriteState(st *State) error {
-	if err := f.call("files.state " + st.Name); err != nil {
+	if err := f.set("files.state "+st.Name, f.state, st.Name); err != nil {
 		return err
 	}
-	f.state[st.Name] = true
 	f.lastState = st
 	return nil
 }
 func (f fakeFiles) RemoveState(name string) error {
-	if err := f.call("files.remove-state " + name); err != nil {
-		return err
-	}
-	delete(f.state, name)
-	return nil
+	return f.remove("files.remove-state "+name, name, f.state)
 }
 func (f fakeFiles) RemoveUAPISocket(iface string) error { return f.call("files.remove-uapi " + iface) }
 func (f fakeFiles) RemoveStateDir(name string) error {
-	if err := f.call("files.remove-statedir " + name); err != nil {
-		return err
-	}
-	delete(f.state, name)
-	delete(f.owner, name)
-	return nil
+	return f.remove("files.remove-statedir "+name, name, f.state, f.owner)
 }
 func (f fakeFiles) Owned(name string) bool { return f.owner[name] }
 func (f fakeFiles) WriteOwner(name string) error {
@@ -333,11 +328,7 @@ func (f fakeFiles) WriteOwner(name string) error {
 	return nil
 }
 func (f fakeFiles) RemoveOwner(name string) error {
-	if err := f.call("files.remove-owner " + name); err != nil {
-		return err
-	}
-	delete(f.owner, name)
-	return nil
+	return f.remove("files.remove-owner "+name, name, f.owner)
 }
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }

@@ -11,13 +11,7 @@ import (
 
 // changes lists the calls that change the world (everything but the lock).
 func changes(w *world) []string {
-	var out []string
-	for _, c := range w.calls {
-		if c != "lock" {
-			out = append(out, c)
-		}
-	}
-	return out
+	return w.callsBut(func(c string) bool { return c == "lock" })
 }
 
 // Up refuses a namespace, or a host link named after it, that vpn-agent

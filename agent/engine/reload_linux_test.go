@@ -14,13 +14,7 @@ import (
 
 // reloadChanges lists the calls made since upFake, without the state writes.
 func reloadChanges(w *world) []string {
-	var out []string
-	for _, c := range w.calls {
-		if !strings.HasPrefix(c, "files.state ") {
-			out = append(out, c)
-		}
-	}
-	return out
+	return w.callsBut(func(c string) bool { return strings.HasPrefix(c, "files.state ") })
 }
 
 // Issue 12.12: a reload with new DNS servers and open ports swaps the

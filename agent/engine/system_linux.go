@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,27 +119,13 @@ type system struct {
 // (a copy: an Engine may be shared).
 func (e *Engine) sys() system {
 	d := e.system
-	if d.ns == nil {
-		d.ns = realNamespaces{}
-	}
-	if d.fw == nil {
-		d.fw = nftFirewall{}
-	}
-	if d.links == nil {
-		d.links = netlinkLinks{}
-	}
-	if d.tunnels == nil {
-		d.tunnels = wgTunnels{}
-	}
-	if d.files == nil {
-		d.files = runtimeFiles{}
-	}
-	if d.dev == nil {
-		d.dev = wgDevices{}
-	}
-	if d.resolv == nil {
-		d.resolv = inPlaceResolv{}
-	}
+	d.ns = cmp.Or[namespaces](d.ns, realNamespaces{})
+	d.fw = cmp.Or[firewall](d.fw, nftFirewall{})
+	d.links = cmp.Or[links](d.links, netlinkLinks{})
+	d.tunnels = cmp.Or[tunnels](d.tunnels, wgTunnels{})
+	d.files = cmp.Or[files](d.files, runtimeFiles{})
+	d.dev = cmp.Or[devices](d.dev, wgDevices{})
+	d.resolv = cmp.Or[resolvConf](d.resolv, inPlaceResolv{})
 	if d.lock == nil {
 		d.lock = TryLock
 	}

@@ -23,6 +23,15 @@ func growing(base int64) func(int) int64 {
 	return func(s int) int64 { return base + int64(s)*100 }
 }
 
+// wantVerdict fails t unless j's verdict at t0+s is want, with a cause
+// naming cause (when not empty); what says what the samples were.
+func wantVerdict(t *testing.T, j *Judge, s float64, want Verdict, cause, what string) {
+	t.Helper()
+	if v, c := j.Verdict(at(s)); v != want || !strings.Contains(c, cause) {
+		t.Fatalf("%s: verdict %v (%q), want %v %s", what, v, c, want, cause)
+	}
+}
+
 func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
 func TestIdleIsNotDead(t *testing.T) {
@@ -30,9 +39,7 @@ func TestIdleIsNotDead(t *testing.T) {
 	j := &Judge{}
 	hs := t0.Add(-time.Hour)
 	feed(j, 0, 600, hs, flat(1000), flat(2000))
-	if v, cause := j.Verdict(at(600)); v != Idle {
-		t.Fatalf("idle tunnel: verdict %v (%s), want idle", v, cause)
-	}
+	wantVerdict(t, j, 600, Idle, "", "idle tunnel")
 	if age, ok := j.HandshakeAge(at(600)); !ok || age != time.Hour+600*time.Second {
 		t.Fatalf("handshake age %v %v", age, ok)
 	}
@@ -40,9 +47,7 @@ func TestIdleIsNotDead(t *testing.T) {
 	// back: dead (the handshake is older than REJECT_AFTER_TIME, so a
 	// new one had REKEY_TIMEOUT to complete).
 	feed(j, 601, 607, hs, growing(1000), flat(2000))
-	if v, cause := j.Verdict(at(607)); v != Dead || !strings.Contains(cause, "REJECT_AFTER_TIME") {
-		t.Fatalf("sending into a dead tunnel: verdict %v (%q), want dead naming REJECT_AFTER_TIME", v, cause)
-	}
+	wantVerdict(t, j, 607, Dead, "REJECT_AFTER_TIME", "sending into a dead tunnel")
 }
 
 func TestSendingWithoutAnswer(t *testing.T) {
@@ -56,15 +61,10 @@ func TestSendingWithoutAnswer(t *testing.T) {
 		t.Fatalf("dead after 15 s of sending on a fresh session; WireGuard itself waits %v", DefaultSilence)
 	}
 	feed(j, 16, 16, hs, growing(0), flat(0))
-	v, cause := j.Verdict(at(16))
-	if v != Dead || !strings.Contains(cause, "without an answer") {
-		t.Fatalf("verdict %v (%q), want dead: sending without an answer", v, cause)
-	}
+	wantVerdict(t, j, 16, Dead, "without an answer", "sending without an answer")
 	// An answer (rx grows) clears it.
 	feed(j, 17, 17, hs, growing(0), flat(50))
-	if v, cause := j.Verdict(at(17)); v != Alive {
-		t.Fatalf("after an answer: %v (%s), want alive", v, cause)
-	}
+	wantVerdict(t, j, 17, Alive, "", "after an answer")
 }
 
 // Keepalives are sent and never answered: a passive one after the last
@@ -87,23 +87,17 @@ func TestKeepalivesAreNotSending(t *testing.T) {
 		return n
 	}
 	feed(j, 11, 300, hs, tx, flat(1000))
-	if v, cause := j.Verdict(at(300)); v != Idle {
-		t.Fatalf("keepalives only: %v (%q), want idle", v, cause)
-	}
+	wantVerdict(t, j, 300, Idle, "", "keepalives only")
 	// Positive control: real data without an answer is still dead.
 	feed(j, 301, 317, hs, func(s int) int64 { return tx(300) + int64(s-300)*500 }, flat(1000))
-	if v, cause := j.Verdict(at(317)); v != Dead {
-		t.Fatalf("data without an answer after keepalives: %v (%q), want dead", v, cause)
-	}
+	wantVerdict(t, j, 317, Dead, "", "data without an answer after keepalives")
 }
 
 func TestAnsweredTrafficIsAlive(t *testing.T) {
 	j := &Judge{}
 	hs := t0
 	feed(j, 0, 100, hs, growing(0), growing(0))
-	if v, cause := j.Verdict(at(100)); v != Alive {
-		t.Fatalf("verdict %v (%s), want alive", v, cause)
-	}
+	wantVerdict(t, j, 100, Alive, "", "answered traffic")
 }
 
 func TestHandshakeCompletesIsAlive(t *testing.T) {
@@ -114,9 +108,7 @@ func TestHandshakeCompletesIsAlive(t *testing.T) {
 	feed(j, 0, 0, time.Time{}, flat(0), flat(0))
 	feed(j, 1, 2, time.Time{}, growing(0), flat(0))
 	feed(j, 3, 18, at(3), growing(0), flat(0))
-	if v, cause := j.Verdict(at(18)); v != Alive {
-		t.Fatalf("%v (%s) although a handshake completed, want alive", v, cause)
-	}
+	wantVerdict(t, j, 18, Alive, "", "a handshake completed")
 	// Positive control: never a handshake. WireGuard gives the first
 	// handshake REKEY_TIMEOUT (plus jitter): dead after that, not before.
 	k := &Judge{}
@@ -141,9 +133,7 @@ func TestFirstSampleAfterReset(t *testing.T) {
 		t.Fatal("dead before REKEY_TIMEOUT+jitter")
 	}
 	feed(j, 6, 6, time.Time{}, flat(148), flat(0))
-	if v, cause := j.Verdict(at(6)); v != Dead {
-		t.Fatalf("%v %q: a replaced peer that never answered its initiation is dead", v, cause)
-	}
+	wantVerdict(t, j, 6, Dead, "", "a replaced peer that never answered its initiation")
 	// Control: a first sample with an answer, or nothing sent, is not.
 	k := &Judge{}
 	k.Observe(Sample{At: t0, Tx: 148, Rx: 92, LastHandshake: t0, Readable: true})
@@ -183,9 +173,7 @@ func TestProbeFailuresInARow(t *testing.T) {
 func TestUnreadableSamplesIgnored(t *testing.T) {
 	j := &Judge{}
 	j.Observe(Sample{At: t0})
-	if v, _ := j.Verdict(at(100)); v != Unknown {
-		t.Fatalf("verdict %v from nothing", v)
-	}
+	wantVerdict(t, j, 100, Unknown, "", "no readable sample")
 }
 
 // fakeSwitcher records the switches; fail makes the listed servers'

@@ -112,6 +112,14 @@ func (p *parser) errf(key, fix, format string, args ...any) error {
 	return &Error{Line: p.line, Key: key, Msg: fmt.Sprintf(format, args...), Fix: fix}
 }
 
+// refused is errf for a value its parser refused (err), nil when err is nil.
+func (p *parser) refused(key, fix string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return p.errf(key, fix, "%v", err)
+}
+
 func (p *parser) parseLine(raw string) error {
 	line := raw
 	if i := strings.IndexByte(line, '#'); i >= 0 {
@@ -205,9 +213,7 @@ func (p *parser) interfaceKey(key, lk, val string) error {
 	switch lk {
 	case "privatekey":
 		f.PrivateKey, err = ParseKey(val)
-		if err != nil {
-			return p.errf(key, "copy the whole key (44 base64 characters) from your provider's file", "%v", err)
-		}
+		return p.refused(key, "copy the whole key (44 base64 characters) from your provider's file", err)
 	case "address":
 		for _, s := range splitList(val) {
 			pfx, err := ParseAddress(s)
@@ -229,19 +235,13 @@ func (p *parser) interfaceKey(key, lk, val string) error {
 		}
 	case "mtu":
 		f.MTU, err = parseInt(val, 576, 9000)
-		if err != nil {
-			return p.errf(key, "use a number between 576 and 9000, e.g. 1420", "%v", err)
-		}
+		return p.refused(key, "use a number between 576 and 9000, e.g. 1420", err)
 	case "listenport":
 		f.ListenPort, err = parseInt(val, 0, 65535)
-		if err != nil {
-			return p.errf(key, "use a port number between 1 and 65535, or remove it", "%v", err)
-		}
+		return p.refused(key, "use a port number between 1 and 65535, or remove it", err)
 	case "fwmark":
 		f.FwMark, err = parseFwMark(val)
-		if err != nil {
-			return p.errf(key, "use a number (e.g. 0xca6c) or off", "%v", err)
-		}
+		return p.refused(key, "use a number (e.g. 0xca6c) or off", err)
 	default:
 		return p.errf(key, "move it to [Peer]; "+sectionKeys["interface"], "not an [Interface] key")
 	}
@@ -254,9 +254,7 @@ func (p *parser) peerKey(key, lk, val string) error {
 	switch lk {
 	case "publickey":
 		pr.PublicKey, err = ParseKey(val)
-		if err != nil {
-			return p.errf(key, "copy the whole key (44 base64 characters)", "%v", err)
-		}
+		return p.refused(key, "copy the whole key (44 base64 characters)", err)
 	case "presharedkey":
 		k, err := ParseKey(val)
 		if err != nil {
@@ -283,9 +281,7 @@ func (p *parser) peerKey(key, lk, val string) error {
 			return nil
 		}
 		pr.PersistentKeepalive, err = parseInt(val, 0, 65535)
-		if err != nil {
-			return p.errf(key, "use seconds (e.g. 25) or off", "%v", err)
-		}
+		return p.refused(key, "use seconds (e.g. 25) or off", err)
 	default:
 		return p.errf(key, "move it to [Interface]; "+sectionKeys["peer"], "not a [Peer] key")
 	}

@@ -25,6 +25,9 @@ func rep(old, new string) func(keys, string) string {
 	return func(_ keys, s string) string { return strings.Replace(s, old, new, 1) }
 }
 
+// asIs leaves the wg-quick file as it is.
+func asIs(_ keys, s string) string { return s }
+
 var wgQuickCases = []fileCase{
 	{"truncated private key", "PrivateKey", 0o600, func(k keys, s string) string { return strings.Replace(s, k.priv, k.priv[:30], 1) }},
 	{"truncated public key", "PublicKey", 0o600, func(k keys, s string) string { return strings.Replace(s, k.pub, k.pub[:43], 1) }},
@@ -54,8 +57,8 @@ var wgQuickCases = []fileCase{
 	{"key outside section", "outside any section", 0o600, func(_ keys, s string) string { return "MTU = 1400\n" + s }},
 	{"unknown section", "unknown section", 0o600, func(_ keys, s string) string { return s + "[Server]\n" }},
 	{"binary garbage", "control character", 0o600, func(_ keys, s string) string { return "\x00\x01\x02" + s }},
-	{"wg-quick file mode 0644", "chmod 600", 0o644, func(_ keys, s string) string { return s }},
-	{"wg-quick file mode 0640", "chmod 600", 0o640, func(_ keys, s string) string { return s }},
+	{"wg-quick file mode 0644", "chmod 600", 0o644, asIs},
+	{"wg-quick file mode 0640", "chmod 600", 0o640, asIs},
 	{"empty file", "no [Interface]", 0o600, func(_ keys, s string) string { return "" }},
 	// Issue 12: values from the file are reported by its line, and nothing
 	// read from it is echoed (a key typed with ':' is not a key name).
@@ -199,38 +202,34 @@ func TestBadInput(t *testing.T) {
 			}
 		}
 	}
+	// run writes a wg-quick file (wgQuick of fresh keys, as edited by wgEdit,
+	// with mode) and a config naming it (as edited by cfgEdit) and checks
+	// that every command refuses it naming field.
+	run := func(t *testing.T, field string, wgEdit func(keys, string) string, mode os.FileMode, cfgEdit func(map[string]any, string, keys)) {
+		dir := t.TempDir()
+		k := newKeys(t)
+		name := "bi" + randHex(4)
+		wg := filepath.Join(dir, "wg.conf")
+		write(t, wg, wgEdit(k, wgQuick(k)), mode)
+		m := map[string]any{"name": name, "wireguard": map[string]any{"configFile": wg}}
+		cfgEdit(m, dir, k)
+		b, _ := json.Marshal(m)
+		cfg := filepath.Join(dir, "c.json")
+		write(t, cfg, string(b), 0o644)
+		n, _ := m["name"].(string)
+		if n == "" || strings.ContainsAny(n, "/.") {
+			n = name
+		}
+		check(t, cfg, n, field, k.priv)
+	}
+	noEdit := func(map[string]any, string, keys) {}
 	for _, tc := range wgQuickCases {
 		total++
-		t.Run("wg-quick/"+tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			k := newKeys(t)
-			name := "bi" + randHex(4)
-			wg := filepath.Join(dir, "wg.conf")
-			write(t, wg, tc.edit(k, wgQuick(k)), tc.mode)
-			cfg := filepath.Join(dir, "c.json")
-			write(t, cfg, fmt.Sprintf(`{"name":%q,"wireguard":{"configFile":%q}}`, name, wg), 0o644)
-			check(t, cfg, name, tc.field, k.priv)
-		})
+		t.Run("wg-quick/"+tc.name, func(t *testing.T) { run(t, tc.field, tc.edit, tc.mode, noEdit) })
 	}
 	for _, tc := range jsonCases {
 		total++
-		t.Run("config/"+tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			k := newKeys(t)
-			name := "bi" + randHex(4)
-			wg := filepath.Join(dir, "wg.conf")
-			write(t, wg, wgQuick(k), 0o600)
-			m := map[string]any{"name": name, "wireguard": map[string]any{"configFile": wg}}
-			tc.edit(m, dir, k)
-			b, _ := json.Marshal(m)
-			cfg := filepath.Join(dir, "c.json")
-			write(t, cfg, string(b), 0o644)
-			n, _ := m["name"].(string)
-			if n == "" || strings.ContainsAny(n, "/.") {
-				n = name
-			}
-			check(t, cfg, n, tc.field, k.priv)
-		})
+		t.Run("config/"+tc.name, func(t *testing.T) { run(t, tc.field, asIs, 0o600, tc.edit) })
 	}
 	t.Logf("bad input: %d malformed configs and wg-quick files, each through validate, up and run", total)
 	if total < 40 {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -263,12 +264,8 @@ func TestAgentKillSwitch(t *testing.T) {
 			}
 			tc.breakIt(t, c)
 
-			hostIf := names.HostVeth(c.name)
-			up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
-			lan := observe.Start(t, tp.Host, testbed.HostLANIf, nil)
-			veth := observe.Start(t, tp.Host, hostIf, nil)
-
-			mark, dm := tp.DecoyControl(t) // the decoy log's positive control
+			w := tp.WatchHost(t, c.name)
+			w.MarkDecoys(t)
 
 			check := func(stage string) {
 				for _, r := range leakProbes(c.name) {
@@ -288,26 +285,11 @@ func TestAgentKillSwitch(t *testing.T) {
 			}
 			check("tunnel broken")
 			// Route everything over the host link; the kill switch must hold.
-			restore := hijackDefaultRoute(t, c)
+			restore := harness.HijackRoutes(t, c.name)
 			check("default route via the host link")
 			restore()
 
-			ctlUp := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
-			ctlLAN := harness.Control(t, lan, tp.Host, harness.AP(testbed.LANHost4, testbed.ControlPort))
-			ctlVeth := harness.Control(t, veth, tp.Host, netip.AddrPortFrom(testbed.HostLinkNS.Addr(), testbed.ControlPort))
-
-			if bad := harness.Unexpected(up.Stop(), observe.LinkNoise, harness.WGTraffic, harness.WGBounce, observe.Payload(ctlUp), observe.Payload(dm)); len(bad) > 0 {
-				t.Errorf("LEAK on the host uplink:\n%s", observe.Dump(bad))
-			}
-			if bad := harness.Unexpected(lan.Stop(), observe.LinkNoise, observe.Payload(ctlLAN), observe.Payload(dm)); len(bad) > 0 {
-				t.Errorf("LEAK on the host's LAN link:\n%s", observe.Dump(bad))
-			}
-			if bad := harness.Unexpected(veth.Stop(), observe.LinkNoise, observe.Payload(ctlVeth)); len(bad) > 0 {
-				t.Errorf("the confined namespace sent on the host link (%s):\n%s", hostIf, observe.Dump(bad))
-			}
-			if ev := harness.Hits(t, tp.Decoy, mark); len(ev) > 0 {
-				t.Errorf("LEAK: the decoys saw:\n%s", harness.DumpEvents(ev))
-			}
+			w.Stop(t, harness.WGBounce).Report(t, false)
 			if st, out, _ := c.ag.Status(c.name); st != nil {
 				t.Logf("status after the test: healthy=%v problems=%v drops=%v", st["healthy"], st["problems"], st["policy"])
 			} else {
@@ -323,76 +305,21 @@ func TestAgentKillSwitch(t *testing.T) {
 	}
 }
 
-// hijackDefaultRoute points the namespace's default routes at the host
-// link, as a process with CAP_NET_ADMIN inside could, and returns a func
-// that puts the original default routes back.
-func hijackDefaultRoute(t *testing.T, c *confined) (restore func()) {
-	t.Helper()
-	var saved [][]string
-	for _, fam := range []string{"-4", "-6"} {
-		out, _ := harness.Output(c.name, "ip", "-o", fam, "route", "show", "default")
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if f := strings.Fields(line); len(f) > 0 {
-				saved = append(saved, append([]string{"ip", fam, "route", "replace"}, f...))
-			}
-		}
-	}
-	nsIf := names.NSVeth(c.name)
-	if _, err := harness.Output(c.name, "ip", "route", "replace", "default", "via", testbed.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
-		t.Logf("could not add the escape route (the agent may be rebuilding): %v", err)
-	}
-	if _, err := harness.Output(c.name, "ip", "-6", "route", "replace", "default", "dev", nsIf); err != nil {
-		t.Logf("no IPv6 escape route (expected: the agent disables IPv6 on the host link): %v", err)
-	}
-	return func() {
-		harness.Output(c.name, "ip", "route", "del", "default", "dev", nsIf)
-		harness.Output(c.name, "ip", "-6", "route", "del", "default", "dev", nsIf)
-		for _, argv := range saved {
-			if _, err := harness.Output(c.name, argv...); err != nil {
-				t.Logf("restoring %v: %v", argv, err)
-			}
-		}
-	}
-}
-
-// leakProbes tries every way out of ns that must be closed: decoys on the
-// internet over TCP, UDP, ICMP and DNS (v4 and v6), the host itself, the
-// LAN, multicast and broadcast. None may reach its target.
+// leakProbes tries every way out of ns that must be closed: the VM tier's
+// harness.LeakProbes and a few more (HTTPS to the IPv4 decoy, pings to the
+// uplink's far end and a LAN host, mDNS and LLMNR). None may reach its
+// target.
 func leakProbes(ns string) []probe.Result {
 	m := harness.Marker("leak")
-	q := func(server netip.AddrPort, network string) func() probe.Result {
-		return func() probe.Result { return probe.DNS(ns, server, network, testbed.TargetName, dnsmessage.TypeA) }
-	}
-	send := func(dst string) func() probe.Result {
-		return func() probe.Result { return probe.UDPSend(ns, netip.MustParseAddrPort(dst), m) }
-	}
-	return probe.All(
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget4, 80)) },
+	return probe.All(append(harness.LeakProbes(ns, m),
 		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget4, 443)) },
-		func() probe.Result { return probe.TCPEcho(ns, harness.AP(testbed.DecoyTarget4, testbed.EchoPort), m) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget6, 443)) },
-		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget4, 443), m) },
-		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget6, testbed.EchoPort), m) },
-		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget4) },
-		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget6) },
 		func() probe.Result { return probe.Ping(ns, testbed.InetHostSide4) },
-		func() probe.Result { return probe.Ping(ns, testbed.HostUplink4) },
-		func() probe.Result { return probe.Ping(ns, testbed.HostLinkHost.Addr()) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.HostLinkHost.Addr(), 22)) },
 		func() probe.Result { return probe.Ping(ns, testbed.LANHost4) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.LANHost4, 22)) },
-		q(harness.AP(testbed.DecoyDNS4, 53), "udp"),
-		q(harness.AP(testbed.DecoyDNS4, 53), "tcp"),
-		q(harness.AP(testbed.DecoyDNS4, 853), "tcp"),
-		q(harness.AP(testbed.DecoyDNS4, 5353), "udp"),
-		q(harness.AP(testbed.DecoyDNS4, 5355), "udp"),
-		q(harness.AP(testbed.DecoyDNS6, 53), "udp"),
-		send("224.0.0.251:5353"),
-		send("224.0.0.252:5355"),
-		send("255.255.255.255:9"),
-		send("198.19.0.3:9"), // the host link's broadcast address
-		send("[ff05::1:3]:5355"),
-	)
+		harness.DNSLeak(ns, harness.AP(testbed.DecoyDNS4, 5353), "udp", dnsmessage.TypeA),
+		harness.DNSLeak(ns, harness.AP(testbed.DecoyDNS4, 5355), "udp", dnsmessage.TypeA),
+		harness.SendLeak(ns, "224.0.0.252:5355", m),
+		harness.SendLeak(ns, "[ff05::1:3]:5355", m),
+	)...)
 }
 
 // tunnelProbes reach for the provider's tunnel-side services.
@@ -405,9 +332,106 @@ func tunnelProbes(ns string) []probe.Result {
 	)
 }
 
+// dialEcho opens a UDP socket in ns to the provider's echo through the
+// tunnel, closed when the test ends.
+func dialEcho(t *testing.T, ns string) *net.UDPConn {
+	t.Helper()
+	var sock *net.UDPConn
+	must(t, testbed.Do(ns, func() error {
+		var err error
+		sock, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(harness.AP(testbed.ProvTunnel4, testbed.EchoPort)))
+		return err
+	}))
+	t.Cleanup(func() { sock.Close() })
+	return sock
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A provider's wg-quick file (keys, addresses, DNS =, peer) is enough.
+func TestAgentWGQuickFile(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, harness.AgentOptions{WGQuick: true})
+	if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
+		t.Fatalf("no traffic through a tunnel from a wg-quick file: %v\n%s", r, c.d.Output())
+	}
+	rc, err := os.ReadFile(names.ResolvConf(c.name))
+	if err != nil || !strings.Contains(string(rc), "nameserver "+testbed.ProvTunnel4.String()) {
+		t.Errorf("resolv.conf should name the wg-quick file's DNS = %s (err %v):\n%s", testbed.ProvTunnel4, err, rc)
+	}
+	r := probe.DNS(c.name, harness.AP(testbed.ProvTunnel4, 53), "udp", testbed.TargetName, dnsmessage.TypeA)
+	if !r.Reached() {
+		t.Errorf("resolver from the wg-quick file: %v", r)
+	}
+}
+
+// With "ipv6": "block", IPv6 goes nowhere, not even through the tunnel.
+func TestAgentIPv6Block(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, harness.AgentOptions{IPv6: "block"})
+	if r := c.tunnelEcho(t, 3*time.Second); !r.Reached() {
+		t.Fatalf("IPv4 through the tunnel: %v", r)
+	}
+	mark, dmark := c.tp.Provider.Mark(), c.tp.Decoy.Mark()
+	m := harness.Marker("v6")
+	rs := probe.All(append(harness.TunnelProbes(c.name, testbed.ProvTunnel6, m),
+		func() probe.Result { return probe.TCP(c.name, harness.AP(testbed.DecoyTarget6, 443)) },
+		func() probe.Result { return probe.Ping(c.name, testbed.DecoyTarget6) },
+	)...)
+	for _, r := range rs {
+		if r.Reached() {
+			t.Errorf("IPv6 is blocked but %v", r)
+		}
+	}
+	is6 := func(e provider.Event) bool { a := harness.HostOf(e.Src); return a.Is6() && !a.Is4In6() }
+	if ev := harness.Hits(t, c.tp.Provider, mark); slices.ContainsFunc(ev, is6) {
+		t.Errorf("the provider saw IPv6 from the namespace:\n%s", harness.DumpEvents(ev))
+	}
+	if ev := harness.Hits(t, c.tp.Decoy, dmark); len(ev) > 0 {
+		t.Errorf("LEAK: the decoys saw:\n%s", harness.DumpEvents(ev))
+	}
+}
+
+// TestAgentLeakDetection is a mutation check of the leak assertions: with
+// the kill switch removed (and the watchdog slowed so it does not put it
+// back), the same probes, captures and decoy logs that TestAgentKillSwitch
+// relies on must report the leak. If this test fails, a pass of
+// TestAgentKillSwitch proves nothing.
+func TestAgentLeakDetection(t *testing.T) {
+	t.Parallel()
+	c := newConfined(t, harness.AgentOptions{HostLink: true})
+	c.d = c.ag.Run(t, c.path, "--check-interval", "1h")
+	tp := c.tp
+	if _, err := harness.Output(c.name, "nft", "delete", "table", "inet", names.Table); err != nil {
+		t.Fatalf("removing the kill switch: %v", err)
+	}
+	if _, err := harness.Output(tp.Host, "nft", "delete", "table", "inet", names.HostTable(c.name)); err != nil {
+		t.Fatalf("removing the host table: %v", err)
+	}
+	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
+	veth := observe.Start(t, tp.Host, names.HostVeth(c.name), nil)
+	mark := tp.Decoy.Mark()
+	restore := harness.HijackRoutes(t, c.name)
+	defer restore()
+
+	rs := leakProbes(c.name)
+	if !slices.ContainsFunc(rs, probe.Result.Reached) {
+		t.Errorf("no probe reached a decoy without the kill switch:\n%s", probe.Summary(rs))
+	}
+	if bad := harness.Unexpected(up.Stop(), observe.LinkNoise, harness.WGTraffic, harness.WGBounce); len(bad) == 0 {
+		t.Errorf("the uplink capture saw no leak without the kill switch")
+	}
+	if bad := harness.Unexpected(veth.Stop(), observe.LinkNoise); len(bad) == 0 {
+		t.Errorf("the host-link capture saw nothing leave the namespace without the kill switch")
+	}
+	if ev := harness.Hits(t, tp.Decoy, mark); len(ev) == 0 {
+		t.Errorf("the decoys logged nothing without the kill switch")
+	} else {
+		t.Logf("without the kill switch the decoys logged %d hits, e.g. %v", len(ev), ev[0])
 	}
 }

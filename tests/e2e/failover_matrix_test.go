@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,19 +147,5 @@ func (mx *matrix) runPool(t *testing.T) {
 // roundsUntilStopped runs probe rounds back to back until the returned
 // function is called; it returns once the round in progress is over.
 func (w *window) roundsUntilStopped(rows []*mrow) (stop func()) {
-	done := make(chan struct{})
-	var rounds sync.WaitGroup
-	rounds.Add(1)
-	go func() {
-		defer rounds.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			w.round(rows)
-		}
-	}()
-	return func() { close(done); rounds.Wait() }
+	return harness.Repeat(0, func() { w.round(rows) })
 }

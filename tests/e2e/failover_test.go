@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +50,12 @@ func newPoolSite(t *testing.T, endpointA string, files func(p *harness.Pool) []s
 
 func both(p *harness.Pool) []string { return []string{p.FileA, p.FileB} }
 
+// withProbe has the agent probe the pool's probe address every second
+// (two failures: dead).
+func withProbe(c *config.Config) {
+	c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+}
+
 func (s *poolSite) run(t *testing.T) {
 	t.Helper()
 	s.d = s.ag.Run(t, s.path)
@@ -59,18 +64,21 @@ func (s *poolSite) run(t *testing.T) {
 // status runs `status NAME --json` and returns its exit code and object.
 func (s *poolSite) status(t *testing.T) (int, map[string]any) {
 	t.Helper()
-	o := s.ag.Cmd("status", s.name, "--json")
-	var m map[string]any
-	if err := json.Unmarshal([]byte(o.Stdout), &m); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, o)
-	}
-	return o.ExitCode(), m
+	return s.ag.StatusJSON(t, s.name)
 }
 
 // echo is one TCP echo through the tunnel to the pool's probe address
 // (answered by whichever provider is active).
 func (s *poolSite) echo() probe.Result {
 	return probe.TCPEcho(s.name, harness.AP(testbed.PoolProbe4, testbed.EchoPort), harness.Marker("pool"))
+}
+
+// stream sends a datagram into the tunnel, to the pool's probe address,
+// every 50 ms until the returned function is called.
+func (s *poolSite) stream(payload []byte) (stop func()) {
+	return harness.Repeat(50*time.Millisecond, func() {
+		probe.UDPSend(s.name, harness.AP(testbed.PoolProbe4, testbed.ControlPort), payload)
+	})
 }
 
 // lookup asks the namespace's resolver (its resolv.conf's first server)
@@ -105,60 +113,7 @@ func (s *poolSite) capture(t *testing.T) (check func(secret []byte)) {
 	ctl := harness.Control(t, obs, s.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
 	return func(secret []byte) {
 		t.Helper()
-		pkts := obs.Stop()
-		tunnelNet := netip.MustParsePrefix("198.19.0.0/16")
-		for _, pk := range pkts {
-			if tunnelNet.Contains(pk.Src) || tunnelNet.Contains(pk.Dst) {
-				t.Errorf("LEAK: a packet with a tunnel address on the host uplink: %v", pk)
-			}
-			if pk.SrcPort == 53 || pk.DstPort == 53 {
-				t.Errorf("LEAK: DNS on the host uplink: %v", pk)
-			}
-		}
-		if secret != nil && slices.ContainsFunc(pkts, observe.Payload(secret)) {
-			t.Errorf("LEAK: tunnelled payload in clear on the host uplink")
-		}
-		if bad := harness.Unexpected(pkts, observe.LinkNoise, harness.PoolWG, observe.Payload(ctl)); len(bad) > 0 {
-			t.Errorf("the host uplink carried more than WireGuard during the switch:\n%s", observe.Dump(bad))
-		}
-		if !slices.ContainsFunc(pkts, observe.UDP(netip.AddrPortFrom(testbed.HostUplink4, 0), harness.AP(testbed.Endpoint2, testbed.WGPort))) {
-			t.Errorf("positive control: no WireGuard traffic to the second provider on the uplink:\n%s", observe.Dump(pkts))
-		}
-	}
-}
-
-// leakRounds runs the leak probes in a loop until stop, and returns the
-// number of rounds and the probes that reached their target.
-func leakRounds(ns string, stop <-chan struct{}) (wait func() (int, []probe.Result)) {
-	var mu sync.Mutex
-	var leaks []probe.Result
-	rounds := 0
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, r := range leakProbes(ns) {
-				if r.Reached() {
-					mu.Lock()
-					leaks = append(leaks, r)
-					mu.Unlock()
-				}
-			}
-			mu.Lock()
-			rounds++
-			mu.Unlock()
-		}
-	}()
-	return func() (int, []probe.Result) {
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return rounds, leaks
+		harness.PoolOnlyWireGuard(t, obs.Stop(), secret, ctl, testbed.Endpoint2)
 	}
 }
 
@@ -229,15 +184,6 @@ func bindMount(t *testing.T, name string) string {
 	return dst
 }
 
-func readFile(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // The active provider dies under traffic (no probe configured: WireGuard's
 // own counters decide); the agent fails over to the second server, and
 // traffic and DNS resume through it. Nothing but WireGuard UDP crosses the
@@ -249,39 +195,25 @@ func TestFailoverUnderTraffic(t *testing.T) {
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
 	mounted := bindMount(t, s.name)
-	if got := readFile(t, mounted); !strings.Contains(got, "nameserver "+testbed.ProvTunnel4.String()) {
+	if got := harness.ReadFile(t, mounted); !strings.Contains(got, "nameserver "+testbed.ProvTunnel4.String()) {
 		t.Fatalf("positive control: the bind mount shows %q, not the first server's resolver", got)
 	}
 	if rc, m := s.status(t); rc != 0 || harness.JSONField(m, "server", "index") != 0.0 || harness.JSONField(m, "server", "configFile") != s.FileA {
 		t.Fatalf("status before: rc %d server %v", rc, m["server"])
 	}
 	check := s.capture(t)
-	stop := make(chan struct{})
-	leaks := leakRounds(s.name, stop)
+	leaks := harness.LeakRounds(0, func() []probe.Result { return leakProbes(s.name) })
 
 	// Traffic: a datagram stream into the tunnel every 50 ms (tx grows
 	// while nothing comes back once the provider is gone).
 	secret := harness.Marker("stream")
-	var bg sync.WaitGroup
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			probe.UDPSend(s.name, harness.AP(testbed.PoolProbe4, testbed.ControlPort), secret)
-		}
-	}()
+	stopStream := s.stream(secret)
 	time.Sleep(500 * time.Millisecond)
 	t0 := time.Now()
 	s.ProvA.Kill()
 	tl := s.watch(t, t0, 60*time.Second, true)
 	s.mustWork(t, 5*time.Second, 1, "after the failover")
-	close(stop)
-	bg.Wait()
+	stopStream()
 	rounds, leaked := leaks()
 	for _, r := range leaked {
 		t.Errorf("during the failover: LEAK: %v", r)
@@ -291,7 +223,7 @@ func TestFailoverUnderTraffic(t *testing.T) {
 	}
 	check(secret)
 
-	if got := readFile(t, mounted); !strings.Contains(got, "nameserver "+testbed.Prov2Tunnel4.String()) || strings.Contains(got, testbed.ProvTunnel4.String()) {
+	if got := harness.ReadFile(t, mounted); !strings.Contains(got, "nameserver "+testbed.Prov2Tunnel4.String()) || strings.Contains(got, testbed.ProvTunnel4.String()) {
 		t.Errorf("the bind mount of resolv.conf shows %q after the failover, want only the second server's resolver", got)
 	}
 	rc, m := s.healthyStatus(t, 5*time.Second)
@@ -306,9 +238,7 @@ func TestFailoverUnderTraffic(t *testing.T) {
 // With a probe and no traffic, the probe's failures decide.
 func TestFailoverProbeOnly(t *testing.T) {
 	t.Parallel()
-	s := newPoolSite(t, "", both, func(c *config.Config) {
-		c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
-	})
+	s := newPoolSite(t, "", both, withProbe)
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
 	time.Sleep(2 * time.Second) // let the probe succeed on its own
@@ -325,9 +255,7 @@ func TestFailoverProbeOnly(t *testing.T) {
 // provider comes back, traffic resumes through it.
 func TestFailoverEveryServerDead(t *testing.T) {
 	t.Parallel()
-	s := newPoolSite(t, "", both, func(c *config.Config) {
-		c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
-	})
+	s := newPoolSite(t, "", both, withProbe)
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
 	s.ProvA.Kill()
@@ -382,7 +310,7 @@ func TestFailoverEndpointMoves(t *testing.T) {
 	const name, port = "vpn.pool.test", 5301
 	s := newPoolSite(t, name+":51820", func(p *harness.Pool) []string { return []string{p.FileA} }, func(c *config.Config) {
 		c.WireGuard.EndpointResolver = harness.AP(testbed.LANHost4, port).String()
-		c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+		withProbe(c)
 	})
 	epdns := s.EndpointDNS(t, env.providerBin, port, name, testbed.Endpoint4)
 	s.run(t)
@@ -530,19 +458,7 @@ func TestFailoverThenIdle(t *testing.T) {
 	s := newPoolSite(t, "", both, nil)
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			probe.UDPSend(s.name, harness.AP(testbed.PoolProbe4, testbed.ControlPort), harness.Marker("stream"))
-		}
-	}()
+	stopStream := s.stream(harness.Marker("stream"))
 	time.Sleep(300 * time.Millisecond)
 	s.ProvA.Kill()
 	deadline := time.Now().Add(40 * time.Second)
@@ -551,13 +467,12 @@ func TestFailoverThenIdle(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			close(stop)
+			stopStream()
 			t.Fatalf("the failure was never detected:\n%s", s.d.Output())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	close(stop)
-	<-done
+	stopStream()
 	// Idle from here on. No probe is configured.
 	deadline = time.Now().Add(40 * time.Second)
 	var rc int

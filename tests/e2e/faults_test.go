@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -606,13 +605,7 @@ func TestFaultEndpointFlapping(t *testing.T) {
 
 	// The stream: one UDP socket in the namespace, a numbered datagram
 	// every 50 ms to the provider's echo through the tunnel.
-	var sock *net.UDPConn
-	must(t, testbed.Do(s.name, func() error {
-		var err error
-		sock, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(harness.AP(testbed.ProvTunnel4, testbed.EchoPort)))
-		return err
-	}))
-	defer sock.Close()
+	sock := dialEcho(t, s.name)
 	var mu sync.Mutex
 	echoed := map[int]bool{}
 	go func() {
@@ -629,33 +622,13 @@ func TestFaultEndpointFlapping(t *testing.T) {
 			}
 		}
 	}()
-	stop := make(chan struct{})
-	var bg sync.WaitGroup
 	sent := 0
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		for ; ; sent++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			sock.Write([]byte(fmt.Sprintf("vpnc-e2e-flap-%d", sent)))
-		}
-	}()
-	go func() {
-		defer bg.Done()
-		rows := negRows()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			w.round(rows)
-		}
-	}()
+	stopStream := harness.Repeat(50*time.Millisecond, func() {
+		sock.Write([]byte(fmt.Sprintf("vpnc-e2e-flap-%d", sent)))
+		sent++
+	})
+	rows := negRows()
+	stopRounds := harness.Repeat(0, func() { w.round(rows) })
 	const cycles = 6
 	for range cycles {
 		s.tp.BlockWG(t)
@@ -663,8 +636,8 @@ func TestFaultEndpointFlapping(t *testing.T) {
 		s.tp.UnblockWG(t)
 		time.Sleep(700 * time.Millisecond)
 	}
-	close(stop)
-	bg.Wait()
+	stopStream()
+	stopRounds()
 	start := time.Now()
 	s.mustTunnel(t, 15*time.Second, "after the flapping stopped")
 	recovered := time.Since(start)

@@ -25,7 +25,7 @@ func newHealthzSite(t *testing.T, files func(p *harness.Pool) []string, probe bo
 	sock := filepath.Join(t.TempDir(), "m.sock")
 	s := newPoolSite(t, "", files, func(c *config.Config) {
 		if probe {
-			c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+			withProbe(c)
 		}
 		c.Metrics.Listen = "unix:" + sock
 	})

@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
@@ -65,13 +63,7 @@ func TestHandshakeStaleWhileSending(t *testing.T) {
 
 	c.tp.BlockWG(t)
 	defer c.tp.UnblockWG(t)
-	var sock *net.UDPConn
-	must(t, testbed.Do(c.name, func() error {
-		var err error
-		sock, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(harness.AP(testbed.ProvTunnel4, testbed.EchoPort)))
-		return err
-	}))
-	defer sock.Close()
+	sock := dialEcho(t, c.name)
 	// The tunnel sends (curl retrying) until status sees it.
 	stale := func(m map[string]any) bool {
 		return strings.Contains(strings.Join(problems(m), "\n"), "handshake stale while sending")

@@ -215,14 +215,18 @@ func negPing(id string, dst netip.Addr, f from) *mrow {
 func negDNS(id string, server netip.AddrPort, network string, f from, srv string) *mrow {
 	// A name of its own, so a leaked query is recognisable in any log.
 	name := strings.NewReplacer(" ", "-", "/", "-", ":", "-", "[", "", "]", "", ".", "-").Replace(id) + ".leak.test"
-	proto := uint8(observe.ProtoUDP)
-	if network == "tcp" {
-		proto = observe.ProtoTCP
-	}
 	return &mrow{id: id, kind: kNeg,
 		run:   func(s *site) probe.Result { return probe.DNS(s.name, server, network, name, dnsmessage.TypeA) },
 		ctl:   func(s *site) probe.Result { return probe.DNS(f.ns(s), server, network, name, dnsmessage.TypeA) },
-		proof: proofCapture | proofLog, sig: l4Sig(proto, server), hit: logHit(srv, network, server)}
+		proof: proofCapture | proofLog, sig: l4Sig(l4proto(network), server), hit: logHit(srv, network, server)}
+}
+
+// l4proto is the IP protocol of network, "tcp" or "udp".
+func l4proto(network string) uint8 {
+	if network == "tcp" {
+		return observe.ProtoTCP
+	}
+	return observe.ProtoUDP
 }
 
 func negSend(id string, dst netip.AddrPort, tag int) *mrow {
@@ -236,6 +240,23 @@ func negSend(id string, dst netip.AddrPort, tag int) *mrow {
 
 func tunnelRow(id string, kind rowKind, run func(ns string) probe.Result, sig observe.Match) *mrow {
 	return &mrow{id: id, kind: kind, run: func(s *site) probe.Result { return run(s.name) }, sig: sig}
+}
+
+// tunnelEchoRow is an echo over network ("tcp" or "udp") to dst through
+// the tunnel.
+func tunnelEchoRow(id string, kind rowKind, network string, dst netip.AddrPort) *mrow {
+	echo := probe.TCPEcho
+	if network == "udp" {
+		echo = probe.UDPEcho
+	}
+	return tunnelRow(id, kind, func(ns string) probe.Result { return echo(ns, dst, harness.Marker("t")) }, l4Sig(l4proto(network), dst))
+}
+
+// tunnelDNSRow asks the tunnel's resolver at server over network.
+func tunnelDNSRow(id, network string, server netip.AddrPort) *mrow {
+	return tunnelRow(id, kResolver, func(ns string) probe.Result {
+		return probe.DNS(ns, server, network, testbed.TargetName, dnsmessage.TypeA)
+	}, l4Sig(l4proto(network), server))
 }
 
 // tcpInvolving matches TCP packets with a as source or destination and,
@@ -264,35 +285,15 @@ func matrixRows() []*mrow {
 	hostUp, hostUp6 := testbed.HostUplink4, testbed.HostUplink6
 	rows := []*mrow{
 		// Through the tunnel: positive while healthy, never in clear.
-		tunnelRow("tunnel tcp 198.19.66.1:7", kTunnel,
-			func(ns string) probe.Result {
-				return probe.TCPEcho(ns, harness.AP(testbed.ProvTunnel4, echo), harness.Marker("t"))
-			},
-			l4Sig(observe.ProtoTCP, harness.AP(testbed.ProvTunnel4, echo))),
-		tunnelRow("tunnel udp 198.19.66.1:7", kTunnel,
-			func(ns string) probe.Result {
-				return probe.UDPEcho(ns, harness.AP(testbed.ProvTunnel4, echo), harness.Marker("t"))
-			},
-			l4Sig(observe.ProtoUDP, harness.AP(testbed.ProvTunnel4, echo))),
+		tunnelEchoRow("tunnel tcp 198.19.66.1:7", kTunnel, "tcp", harness.AP(testbed.ProvTunnel4, echo)),
+		tunnelEchoRow("tunnel udp 198.19.66.1:7", kTunnel, "udp", harness.AP(testbed.ProvTunnel4, echo)),
 		tunnelRow("tunnel icmp 198.19.66.1", kTunnel,
 			func(ns string) probe.Result { return probe.Ping(ns, testbed.ProvTunnel4) }, pingSig(testbed.ProvTunnel4)),
-		tunnelRow("tunnel tcp [fd66::1]:7", kTunnel6,
-			func(ns string) probe.Result {
-				return probe.TCPEcho(ns, harness.AP(testbed.ProvTunnel6, echo), harness.Marker("t"))
-			},
-			l4Sig(observe.ProtoTCP, harness.AP(testbed.ProvTunnel6, echo))),
+		tunnelEchoRow("tunnel tcp [fd66::1]:7", kTunnel6, "tcp", harness.AP(testbed.ProvTunnel6, echo)),
 		tunnelRow("tunnel icmp6 fd66::1", kTunnel6,
 			func(ns string) probe.Result { return probe.Ping(ns, testbed.ProvTunnel6) }, pingSig(testbed.ProvTunnel6)),
-		tunnelRow("dns/udp resolver 198.19.66.1:53", kResolver,
-			func(ns string) probe.Result {
-				return probe.DNS(ns, harness.AP(testbed.ProvTunnel4, 53), "udp", testbed.TargetName, dnsmessage.TypeA)
-			},
-			l4Sig(observe.ProtoUDP, harness.AP(testbed.ProvTunnel4, 53))),
-		tunnelRow("dns/tcp resolver 198.19.66.1:53", kResolver,
-			func(ns string) probe.Result {
-				return probe.DNS(ns, harness.AP(testbed.ProvTunnel4, 53), "tcp", testbed.TargetName, dnsmessage.TypeA)
-			},
-			l4Sig(observe.ProtoTCP, harness.AP(testbed.ProvTunnel4, 53))),
+		tunnelDNSRow("dns/udp resolver 198.19.66.1:53", "udp", harness.AP(testbed.ProvTunnel4, 53)),
+		tunnelDNSRow("dns/tcp resolver 198.19.66.1:53", "tcp", harness.AP(testbed.ProvTunnel4, 53)),
 		{
 			id: "getent hosts (vpn-agent exec)", kind: kGetent,
 			run:   func(s *site) probe.Result { return s.getent(true, 4*time.Second) },
@@ -617,24 +618,15 @@ func (mx *matrix) runMain(t *testing.T) {
 	sp = stateSpec{col: "4", inbound: wantReach}
 	mx.state(s, sp, func(w *window) {
 		s.tp.Exec(t, s.name, "ip", "link", "del", names.Tunnel(s.name))
-		stop, done := make(chan struct{}), make(chan int)
-		go func() {
-			n := 1
-			defer func() { done <- n }()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				if _, err := harness.Output(s.name, "ip", "link", "del", names.Tunnel(s.name)); err == nil {
-					n++
-				}
+		n := 1
+		stop := harness.Repeat(20*time.Millisecond, func() {
+			if _, err := harness.Output(s.name, "ip", "link", "del", names.Tunnel(s.name)); err == nil {
+				n++
 			}
-		}()
+		})
 		w.round(mx.rows)
-		close(stop)
-		mx.note("state 4: vc-%s deleted %d times while a probe round ran (every time it reappeared)", s.name, <-done)
+		stop()
+		mx.note("state 4: vc-%s deleted %d times while a probe round ran (every time it reappeared)", s.name, n)
 	})
 	start := time.Now()
 	s.mustTunnel(t, 20*time.Second, "after the interface was deleted")

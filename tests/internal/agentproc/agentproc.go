@@ -117,6 +117,19 @@ func (a Agent) Status(name string) (map[string]any, Output, error) {
 	return m, o, nil
 }
 
+// StatusJSON runs `status name --json` and returns its exit code (1 while
+// the namespace is degraded) and the JSON object it prints either way; it
+// fails t unless it prints one.
+func (a Agent) StatusJSON(t testing.TB, name string) (int, map[string]any) {
+	t.Helper()
+	o := a.Cmd("status", name, "--json")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(o.Stdout), &m); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, o)
+	}
+	return o.ExitCode(), m
+}
+
 // Daemon is a running `vpn-agent run`.
 type Daemon struct {
 	Args []string
@@ -261,11 +274,7 @@ func (d *Daemon) Stop() error {
 		return fmt.Errorf("agent had exited on its own (%v):\n%s", d.cmd.ProcessState, d.Output())
 	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(StopTimeout):
-		d.cmd.Process.Kill()
-		<-d.done
+	if !d.exitWithin(StopTimeout) {
 		return fmt.Errorf("agent did not exit within %v of SIGTERM:\n%s", StopTimeout, d.Output())
 	}
 	if !d.cmd.ProcessState.Success() {
@@ -274,17 +283,26 @@ func (d *Daemon) Stop() error {
 	return nil
 }
 
+// exitWithin waits up to timeout for the agent to exit and reports whether
+// it did; if not, it is killed (and waited for).
+func (d *Daemon) exitWithin(timeout time.Duration) bool {
+	select {
+	case <-d.done:
+		return true
+	case <-time.After(timeout):
+		d.cmd.Process.Kill()
+		<-d.done
+		return false
+	}
+}
+
 // Wait waits up to timeout for the agent to exit on its own (e.g. after
 // `down NAME` signalled it) and returns an error unless it exited 0.
 func (d *Daemon) Wait(timeout time.Duration) error {
 	d.mu.Lock()
 	d.stopped = true
 	d.mu.Unlock()
-	select {
-	case <-d.done:
-	case <-time.After(timeout):
-		d.cmd.Process.Kill()
-		<-d.done
+	if !d.exitWithin(timeout) {
 		return fmt.Errorf("agent still running after %v; killed:\n%s", timeout, d.Output())
 	}
 	if !d.cmd.ProcessState.Success() {

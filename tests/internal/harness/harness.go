@@ -133,6 +133,16 @@ func trim(s string) string {
 	return s
 }
 
+// ReadFile returns the file's contents and fails t if it cannot be read.
+func ReadFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // Mounted reports whether namespace name is live (an nsfs bind mount at
 // its path), not just a leftover file. It is the tests' own check, not
 // the agent's.
@@ -256,4 +266,36 @@ func (tp *Topo) process(name, ns, bin string, cfg *provider.Config) (*Process, e
 		return nil, err
 	}
 	return &Process{Name: name, NS: ns, Bin: bin, Config: path, Log: cfg.Log}, nil
+}
+
+// HijackRoutes points the namespace's default routes at the host
+// link, as a process with CAP_NET_ADMIN inside could, and returns a func
+// that puts the original default routes back.
+func HijackRoutes(t testing.TB, ns string) (restore func()) {
+	t.Helper()
+	var saved [][]string
+	for _, fam := range []string{"-4", "-6"} {
+		out, _ := Output(ns, "ip", "-o", fam, "route", "show", "default")
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(line); len(f) > 0 {
+				saved = append(saved, append([]string{"ip", fam, "route", "replace"}, f...))
+			}
+		}
+	}
+	nsIf := names.NSVeth(ns)
+	if _, err := Output(ns, "ip", "route", "replace", "default", "via", testbed.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
+		t.Logf("could not add the escape route (the agent may be rebuilding): %v", err)
+	}
+	if _, err := Output(ns, "ip", "-6", "route", "replace", "default", "dev", nsIf); err != nil {
+		t.Logf("no IPv6 escape route (expected: the agent disables IPv6 on the host link): %v", err)
+	}
+	return func() {
+		Output(ns, "ip", "route", "del", "default", "dev", nsIf)
+		Output(ns, "ip", "-6", "route", "del", "default", "dev", nsIf)
+		for _, argv := range saved {
+			if _, err := Output(ns, argv...); err != nil {
+				t.Logf("restoring %v: %v", argv, err)
+			}
+		}
+	}
 }

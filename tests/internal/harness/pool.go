@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
@@ -108,6 +109,36 @@ func PoolWG(pk observe.Packet) bool {
 		}
 	}
 	return false
+}
+
+// PoolOnlyWireGuard checks a capture of the host's uplink taken while an
+// agent on a pool switched servers: no tunnel address (198.19.0.0/16), no
+// DNS, secret (when given) never in clear, nothing but PoolWG and the
+// capture's own control ctl, and, the positive control, WireGuard to each
+// of endpoints.
+func PoolOnlyWireGuard(t testing.TB, pkts []observe.Packet, secret, ctl []byte, endpoints ...netip.Addr) {
+	t.Helper()
+	tunnelNet := netip.MustParsePrefix("198.19.0.0/16")
+	for _, pk := range pkts {
+		if tunnelNet.Contains(pk.Src) || tunnelNet.Contains(pk.Dst) {
+			t.Errorf("LEAK: a packet with a tunnel address on the host uplink: %v", pk)
+		}
+		if pk.SrcPort == 53 || pk.DstPort == 53 {
+			t.Errorf("LEAK: DNS on the host uplink: %v", pk)
+		}
+	}
+	if secret != nil && slices.ContainsFunc(pkts, observe.Payload(secret)) {
+		t.Errorf("LEAK: tunnelled payload in clear on the host uplink")
+	}
+	if bad := Unexpected(pkts, observe.LinkNoise, PoolWG, observe.Payload(ctl)); len(bad) > 0 {
+		t.Errorf("the host uplink carried more than WireGuard to the endpoints during the switch:\n%s", observe.Dump(bad))
+	}
+	host := netip.AddrPortFrom(testbed.HostUplink4, 0)
+	for _, ep := range endpoints {
+		if !slices.ContainsFunc(pkts, observe.UDP(host, AP(ep, testbed.WGPort))) {
+			t.Errorf("positive control: no WireGuard to %s on the uplink during the switch:\n%s", ep, observe.Dump(pkts))
+		}
+	}
 }
 
 // EndpointDNS starts a DNS server (the agent's wireguard.endpointResolver)

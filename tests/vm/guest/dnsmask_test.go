@@ -213,11 +213,7 @@ func TestResolverMasksSurvive(t *testing.T) {
 				writeFile(t, nscdD+"runtimedir.conf", "[Service]\nRuntimeDirectory=nscd\n")
 			}
 			if variant == "nixos-preserve" {
-				b, err := os.ReadFile("/opt/vpnc/dist/systemd/nscd-vpn-confinement.conf")
-				if err != nil {
-					t.Fatal(err)
-				}
-				writeFile(t, nscdD+"vpn-confinement.conf", string(b))
+				writeFile(t, nscdD+"vpn-confinement.conf", harness.ReadFile(t, "/opt/vpnc/dist/systemd/nscd-vpn-confinement.conf"))
 			}
 			run(t, "systemctl", "daemon-reload")
 			run(t, "systemctl", "restart", "nscd.service")

@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,8 +60,7 @@ func addKernelProvider2(t *testing.T, tp *kernelTopo) (*testbed.Provider2, *harn
 // tablePoller lists the namespace's kill switch table (`nft -a list table`) back to back until
 // stopped (at least once): every listing must find it; the handles seen show when it was replaced.
 type tablePoller struct {
-	stop    chan struct{}
-	done    chan struct{}
+	stop    func()
 	polls   int
 	missing []string
 	handles []string // distinct handles, in the order seen
@@ -73,34 +70,27 @@ type tablePoller struct {
 var tableHandleRE = regexp.MustCompile(`(?m)^table inet \S+ \{ # handle (\d+)`)
 
 func pollTable(ns string) *tablePoller {
-	p := &tablePoller{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		for {
-			out, err := harness.Output(ns, "nft", "-a", "list", "table", "inet", names.Table)
-			p.polls++
-			m := tableHandleRE.FindStringSubmatch(string(out))
-			if err != nil || m == nil {
-				p.missing = append(p.missing, fmt.Sprintf("%s: %v %q", time.Now().Format("15:04:05.000"), err, out))
-			} else {
-				p.last = string(out)
-				if len(p.handles) == 0 || p.handles[len(p.handles)-1] != m[1] {
-					p.handles = append(p.handles, m[1])
-				}
-			}
-			select {
-			case <-p.stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
+	p := &tablePoller{}
+	p.stop = harness.Repeat(50*time.Millisecond, func() { p.poll(ns) })
 	return p
 }
 
+func (p *tablePoller) poll(ns string) {
+	out, err := harness.Output(ns, "nft", "-a", "list", "table", "inet", names.Table)
+	p.polls++
+	m := tableHandleRE.FindStringSubmatch(string(out))
+	if err != nil || m == nil {
+		p.missing = append(p.missing, fmt.Sprintf("%s: %v %q", time.Now().Format("15:04:05.000"), err, out))
+		return
+	}
+	p.last = string(out)
+	if len(p.handles) == 0 || p.handles[len(p.handles)-1] != m[1] {
+		p.handles = append(p.handles, m[1])
+	}
+}
+
 func (p *tablePoller) Stop() *tablePoller {
-	close(p.stop)
-	<-p.done
+	p.stop()
 	return p
 }
 
@@ -144,23 +134,13 @@ func TestKernelFailover(t *testing.T) {
 	d := ag.Run(t, path)
 	iface := names.Tunnel(name)
 
-	status := func() (int, map[string]any) {
-		o := ag.Cmd("status", name, "--json") // exit 1 while degraded: still a JSON object
-		var m map[string]any
-		if err := json.Unmarshal([]byte(o.Stdout), &m); err != nil {
-			t.Fatalf("status --json: %v\n%s", err, o)
-		}
-		return o.ExitCode(), m
-	}
+	status := func() (int, map[string]any) { return ag.StatusJSON(t, name) }
 	echo := func(dst netip.Addr) probe.Result {
 		return probe.TCPEcho(name, harness.AP(dst, testbed.EchoPort), harness.Marker("failover"))
 	}
 	resolver := func() netip.Addr {
-		b, err := os.ReadFile(names.ResolvConf(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(string(b), "\n") {
+		b := harness.ReadFile(t, names.ResolvConf(name))
+		for _, l := range strings.Split(b, "\n") {
 			if f := strings.Fields(l); len(f) == 2 && f[0] == "nameserver" {
 				if a, err := netip.ParseAddr(f[1]); err == nil {
 					return a
@@ -208,43 +188,11 @@ func TestKernelFailover(t *testing.T) {
 	up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
 	ctl := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
 	tables := pollTable(name)
-	stop := make(chan struct{})
-	var bg sync.WaitGroup
-	var mu sync.Mutex
-	var leaks []probe.Result
-	rounds := 0
 	secret := harness.Marker("stream")
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			probe.UDPSend(name, harness.AP(testbed.ProvTunnel4, testbed.ControlPort), secret)
-		}
-	}()
-	go func() {
-		defer bg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-			rs := vmLeakProbes(name)
-			mu.Lock()
-			for _, r := range rs {
-				if r.Reached() {
-					leaks = append(leaks, r)
-				}
-			}
-			rounds++
-			mu.Unlock()
-		}
-	}()
+	stopStream := harness.Repeat(100*time.Millisecond, func() {
+		probe.UDPSend(name, harness.AP(testbed.ProvTunnel4, testbed.ControlPort), secret)
+	})
+	stopRounds := harness.LeakRounds(500*time.Millisecond, func() []probe.Result { return vmLeakProbes(name) })
 	time.Sleep(time.Second)
 	t0 := time.Now()
 	tp.Exec(t, tp.Prov, "ip", "link", "del", provWG) // the first provider's WireGuard dies
@@ -264,8 +212,8 @@ func TestKernelFailover(t *testing.T) {
 	}
 	if resumed == 0 {
 		rc, m := status()
-		close(stop)
-		bg.Wait()
+		stopStream()
+		stopRounds()
 		tables.Stop()
 		t.Fatalf("no failover within 90 s of the first provider's death (detected %v): status %d %v\nagent:\n%s", detected, rc, m, d.Output())
 	}
@@ -274,8 +222,8 @@ func TestKernelFailover(t *testing.T) {
 	}
 	// Let the leak rounds and the table listings run on a little past the switch.
 	time.Sleep(2 * time.Second)
-	close(stop)
-	bg.Wait()
+	stopStream()
+	rounds, leaks := stopRounds()
 	tables.Stop()
 	pkts := up.Stop()
 
@@ -334,24 +282,7 @@ func TestKernelFailover(t *testing.T) {
 	if ev := harness.Hits(t, tp.Decoy, decoyMark); len(ev) > 0 {
 		t.Errorf("LEAK: the decoys logged hits during the failover:\n%s", harness.DumpEvents(ev))
 	}
-	tunnelNet := netip.MustParsePrefix("198.19.0.0/16")
-	for _, pk := range pkts {
-		if tunnelNet.Contains(pk.Src) || tunnelNet.Contains(pk.Dst) || pk.SrcPort == 53 || pk.DstPort == 53 {
-			t.Errorf("LEAK: a tunnel address or DNS on the host uplink: %v", pk)
-		}
-	}
-	if slices.ContainsFunc(pkts, observe.Payload(secret)) {
-		t.Error("LEAK: the tunnelled stream in clear on the host uplink")
-	}
-	if bad := harness.Unexpected(pkts, observe.LinkNoise, harness.PoolWG, observe.Payload(ctl)); len(bad) > 0 {
-		t.Errorf("the host uplink carried more than WireGuard to the endpoints during the switch:\n%s", observe.Dump(bad))
-	}
-	host := netip.AddrPortFrom(testbed.HostUplink4, 0)
-	for _, ep := range []netip.Addr{testbed.Endpoint4, testbed.Endpoint2} {
-		if !slices.ContainsFunc(pkts, observe.UDP(host, harness.AP(ep, testbed.WGPort))) {
-			t.Errorf("positive control: no WireGuard to %s on the uplink during the switch:\n%s", ep, observe.Dump(pkts))
-		}
-	}
+	harness.PoolOnlyWireGuard(t, pkts, secret, ctl, testbed.Endpoint4, testbed.Endpoint2)
 	if t.Failed() {
 		return
 	}

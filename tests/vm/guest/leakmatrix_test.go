@@ -2,19 +2,15 @@ package guest
 
 import (
 	"encoding/json"
-	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
 )
 
@@ -72,65 +68,10 @@ func (c *kernelConfined) tableLoaded() bool {
 	return err == nil
 }
 
-// vmLeakProbes tries every way out of ns that must stay closed whatever state the tunnel is
-// in: decoys on the "internet" over TCP, UDP, ICMP and DNS (IPv4 and IPv6), the host's own
-// addresses (uplink and host-link end), the LAN, multicast and broadcast.
+// vmLeakProbes runs harness.LeakProbes: every way out of ns that must stay closed whatever
+// state the tunnel is in.
 func vmLeakProbes(ns string) []probe.Result {
-	m := harness.Marker("leak")
-	q := func(server netip.AddrPort, network string, qt dnsmessage.Type) func() probe.Result {
-		return func() probe.Result { return probe.DNS(ns, server, network, testbed.TargetName, qt) }
-	}
-	send := func(dst string) func() probe.Result {
-		return func() probe.Result { return probe.UDPSend(ns, netip.MustParseAddrPort(dst), m) }
-	}
-	hl := testbed.HostLinkHost.Addr()
-	return probe.All(
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget4, 80)) },
-		func() probe.Result { return probe.TCPEcho(ns, harness.AP(testbed.DecoyTarget4, testbed.EchoPort), m) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.DecoyTarget6, 443)) },
-		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget4, 443), m) },
-		func() probe.Result { return probe.UDPEcho(ns, harness.AP(testbed.DecoyTarget6, testbed.EchoPort), m) },
-		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget4) },
-		func() probe.Result { return probe.Ping(ns, testbed.DecoyTarget6) },
-		func() probe.Result { return probe.Ping(ns, testbed.HostUplink4) },
-		func() probe.Result { return probe.Ping(ns, hl) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(hl, 22)) },
-		func() probe.Result { return probe.TCP(ns, harness.AP(testbed.LANHost4, 22)) },
-		q(harness.AP(testbed.DecoyDNS4, 53), "udp", dnsmessage.TypeA),
-		q(harness.AP(testbed.DecoyDNS4, 53), "tcp", dnsmessage.TypeA),
-		q(harness.AP(testbed.DecoyDNS4, 853), "tcp", dnsmessage.TypeA),
-		q(harness.AP(testbed.DecoyDNS6, 53), "udp", dnsmessage.TypeAAAA),
-		send("224.0.0.251:5353"),
-		send("255.255.255.255:9"),
-		send("198.19.0.3:9"), // the host link's broadcast address
-	)
-}
-
-// hijackRoutes points the namespace's default routes at the host link, as a process with
-// CAP_NET_ADMIN inside could, and returns a func that restores the saved default routes.
-func hijackRoutes(t *testing.T, ns string) (restore func()) {
-	t.Helper()
-	var saved [][]string
-	for _, fam := range []string{"-4", "-6"} {
-		out, _ := harness.Output(ns, "ip", "-o", fam, "route", "show", "default")
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if f := strings.Fields(line); len(f) > 0 {
-				saved = append(saved, append([]string{"ip", fam, "route", "replace"}, f...))
-			}
-		}
-	}
-	nsIf := names.NSVeth(ns)
-	if _, err := harness.Output(ns, "ip", "route", "replace", "default", "via", testbed.HostLinkHost.Addr().String(), "dev", nsIf); err != nil {
-		t.Logf("no escape route (the agent may be rebuilding): %v", err)
-	}
-	harness.Output(ns, "ip", "-6", "route", "replace", "default", "dev", nsIf) // IPv6 is off on the host link
-	return func() {
-		harness.Output(ns, "ip", "route", "del", "default", "dev", nsIf)
-		harness.Output(ns, "ip", "-6", "route", "del", "default", "dev", nsIf)
-		for _, argv := range saved {
-			harness.Output(ns, argv...)
-		}
-	}
+	return probe.All(harness.LeakProbes(ns, harness.Marker("leak"))...)
 }
 
 // TestKernelLeakMatrix: the leak matrix's failure states on the kernel backend. Each state
@@ -199,21 +140,15 @@ func TestKernelLeakMatrix(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			c := startKernelConfined(t)
-			tp := c.tp
 			if r := c.tunnelEcho(5 * time.Second); !r.Reached() {
 				t.Fatalf("precondition: no traffic through the tunnel: %v\n%s", r, c.d.Output())
 			}
 			if st, _, err := c.ag.Status(c.name); err != nil || st["backend"] != "kernel" {
 				t.Fatalf("precondition: status backend %v (%v), want kernel", st["backend"], err)
 			}
-			hostIf := names.HostVeth(c.name)
-			up := observe.Start(t, tp.Host, testbed.HostUplinkIf, nil)
-			lan := observe.Start(t, tp.Host, testbed.HostLANIf, nil)
-			veth := observe.Start(t, tp.Host, hostIf, nil)
-
+			w := c.tp.WatchHost(t, c.name)
 			after := st.breakIt(t, c)
-
-			mark, dm := tp.DecoyControl(t) // the decoy log's positive control
+			w.MarkDecoys(t)
 
 			var all []probe.Result
 			reached := 0
@@ -235,33 +170,11 @@ func TestKernelLeakMatrix(t *testing.T) {
 				}
 			}
 			round("own routes")
-			restore := hijackRoutes(t, c.name)
+			restore := harness.HijackRoutes(t, c.name)
 			round("default route via the host link")
 			restore()
 
-			ctlUp := harness.Control(t, up, tp.Host, harness.AP(testbed.DecoyTarget4, testbed.ControlPort))
-			ctlLAN := harness.Control(t, lan, tp.Host, harness.AP(testbed.LANHost4, testbed.ControlPort))
-			ctlVeth := harness.Control(t, veth, tp.Host, netip.AddrPortFrom(testbed.HostLinkNS.Addr(), testbed.ControlPort))
-			badUp := harness.Unexpected(up.Stop(), observe.LinkNoise, harness.WGTraffic, harness.WGBounceEitherWay, observe.Payload(ctlUp), observe.Payload(dm))
-			badLAN := harness.Unexpected(lan.Stop(), observe.LinkNoise, observe.Payload(ctlLAN), observe.Payload(dm))
-			vethPkts := harness.Unexpected(veth.Stop(), observe.LinkNoise, observe.Payload(ctlVeth))
-			dev := harness.Hits(t, tp.Decoy, mark)
-			if len(badUp) > 0 {
-				t.Errorf("LEAK on the host uplink:\n%s", observe.Dump(badUp))
-			}
-			if len(badLAN) > 0 {
-				t.Errorf("LEAK on the host's LAN link:\n%s", observe.Dump(badLAN))
-			}
-			badVeth := vethPkts
-			if st.vethOK {
-				t.Logf("without its kill switch the namespace sent %d packets onto the host link; the host-side table kept them there", len(vethPkts))
-				badVeth = nil
-			} else if len(badVeth) > 0 {
-				t.Errorf("the namespace sent on the host link (%s):\n%s", hostIf, observe.Dump(badVeth))
-			}
-			if len(dev) > 0 {
-				t.Errorf("LEAK: the decoys saw:\n%s", harness.DumpEvents(dev))
-			}
+			leaks := reached + w.Stop(t, harness.WGBounceEitherWay).Report(t, st.vethOK)
 			if after != nil {
 				after()
 			}
@@ -282,7 +195,6 @@ func TestKernelLeakMatrix(t *testing.T) {
 			} else {
 				t.Logf("status after: %s", out.Stdout+out.Stderr)
 			}
-			leaks := reached + len(badUp) + len(badLAN) + len(badVeth) + len(dev)
 			vmsummary("leakstate %s probes=%d leaks=%d controls=ok", st.name, len(all), leaks)
 		})
 	}

@@ -6,17 +6,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
 // TestSystemdIsPID1 proves the guest runs the real init: systemd as PID 1, the thing the
 // namespace suite on the host (no systemd there) cannot exercise.
 func TestSystemdIsPID1(t *testing.T) {
 	requireGuest(t)
-	comm, err := os.ReadFile("/proc/1/comm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.TrimSpace(string(comm)); got != "systemd" {
+	if got := strings.TrimSpace(harness.ReadFile(t, "/proc/1/comm")); got != "systemd" {
 		t.Fatalf("PID 1 is %q, want systemd", got)
 	}
 	if _, err := os.Stat("/run/systemd/system"); err != nil {
@@ -31,7 +29,7 @@ func TestSystemdNetworkNamespacePath(t *testing.T) {
 	requireGuest(t)
 	const ns = "smk-unit"
 	addNetns(t, ns)
-	run(t, "ip", "netns", "exec", ns, "ip", "link", "add", "smk-dummy", "type", "dummy")
+	runIn(t, ns, "ip", "link", "add", "smk-dummy", "type", "dummy")
 	out := run(t, "systemd-run", "--quiet", "--wait", "--pipe", "--collect",
 		"-p", "NetworkNamespacePath=/run/netns/"+ns, "ip", "-o", "link", "show")
 	var names []string
@@ -125,11 +123,7 @@ func TestKernelWireGuardBetweenNamespaces(t *testing.T) {
 		t.Fatalf("tunnel transfer rx=%d tx=%d", rx, tx)
 	}
 	// The encrypted packets left through the root namespace's veth (the socket stayed there).
-	st, err := os.ReadFile("/sys/class/net/vsh/statistics/tx_packets")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := strconv.Atoi(strings.TrimSpace(string(st))); n < 4 {
+	if n, _ := strconv.Atoi(strings.TrimSpace(harness.ReadFile(t, "/sys/class/net/vsh/statistics/tx_packets"))); n < 4 {
 		t.Fatalf("root-namespace underlay veth sent %d packets, want the tunnel's UDP", n)
 	}
 	fmt.Printf("vm smoke: kernel wireguard ok, systemd %s\n", systemdVersion(t))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
 const (
@@ -154,19 +155,12 @@ fi
 		res, _ := os.ReadFile(out)
 		t.Fatalf("systemctl start %s: %v\n%s\n%s\n%s", confined, err, o, res, unitDiag(confined))
 	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := string(b)
+	res := harness.ReadFile(t, out)
 	t.Logf("the confined service saw:\n%s", res)
-	nsResolv, err := os.ReadFile(names.ResolvConf(name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nsResolv := harness.ReadFile(t, names.ResolvConf(name))
 	var want []string
 	want = append(want, "link lo", "link vc-"+name)
-	for _, ln := range strings.Split(strings.TrimSpace(string(nsResolv)), "\n") {
+	for _, ln := range strings.Split(strings.TrimSpace(nsResolv), "\n") {
 		want = append(want, "resolv "+ln)
 	}
 	want = append(want, "dbus blocked", "getent "+testbed.LabServer.Addr().String(), "http "+testbed.LabGreeting)

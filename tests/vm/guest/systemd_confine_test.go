@@ -125,15 +125,12 @@ func newSDFixture(t *testing.T) *sdFixture {
 	f.resolver = f.startProc("resolver", &provider.Config{DNS: []string{sdResolver.String() + ":53"}, Zone: decoyZone})
 
 	// The agent's config, as an administrator would write it.
-	key, err := os.ReadFile(cliKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := harness.ReadFile(t, cliKey)
 	if err := os.MkdirAll("/etc/vpn-confinement", 0o755); err != nil {
 		t.Fatal(err)
 	}
 	keyPath := "/etc/vpn-confinement/" + f.name + ".key"
-	if err := os.WriteFile(keyPath, key, 0o600); err != nil {
+	if err := os.WriteFile(keyPath, []byte(key), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`{
@@ -322,13 +319,10 @@ func (f *sdFixture) getent(t *testing.T, kind, what string) (string, string) {
 	t.Helper()
 	q := f.qname(what)
 	f.startUnit(t, "vmtest-"+kind+"-"+f.name+"@"+q+".service")
-	b, err := os.ReadFile(f.dir + "/getent-" + kind + "-" + q + ".out")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := harness.ReadFile(t, f.dir+"/getent-"+kind+"-"+q+".out")
 	diag, _ := os.ReadFile(f.dir + "/getent-" + kind + "-" + q + ".diag")
 	t.Logf("%s service, getent hosts %s:\n%s\n%s", kind, q, b, diag)
-	return strings.TrimSpace(string(b)), string(diag)
+	return strings.TrimSpace(b), string(diag)
 }
 
 // ipc parses the diag's "ipc PATH reachable|blocked" lines and "nss-resolve rc=N".
