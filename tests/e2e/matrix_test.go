@@ -667,33 +667,8 @@ func (mx *matrix) runMain(t *testing.T) {
 	// new agent is ready, so probes start before, during and after the gap.
 	sp = stateSpec{col: "6"}
 	mx.state(s, sp, func(w *window) {
-		stop := make(chan struct{})
-		var rounds sync.WaitGroup
-		var starts []time.Time
-		var startsMu sync.Mutex
-		// At most 2 rounds in flight: under a slow VM (TCG) unbounded
-		// rounds pile up and overflow the captures.
-		slots := make(chan struct{}, 2)
-		rounds.Add(1)
-		go func() {
-			defer rounds.Done()
-			for {
-				select {
-				case slots <- struct{}{}:
-					startsMu.Lock()
-					starts = append(starts, time.Now())
-					startsMu.Unlock()
-					rounds.Add(1)
-					go func() { defer rounds.Done(); defer func() { <-slots }(); w.round(mx.rows) }()
-				default:
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(150 * time.Millisecond):
-				}
-			}
-		}()
+		var starts []time.Time // appended by the rounds' one goroutine, read after stopRounds
+		stopRounds := w.roundsEvery(mx.rows, func(at time.Time) { starts = append(starts, at) })
 		time.Sleep(300 * time.Millisecond)
 		killed := time.Now()
 		s.daemon().Kill()
@@ -701,8 +676,7 @@ func (mx *matrix) runMain(t *testing.T) {
 		ready := time.Now()
 		w.reopenVeth()
 		time.Sleep(300 * time.Millisecond)
-		close(stop)
-		rounds.Wait()
+		stopRounds()
 		atKill, atReady := w.inFlight(killed), w.inFlight(ready)
 		if atKill == 0 || atReady == 0 {
 			w.fail("no probe round was in flight at the SIGKILL (%d) or at READY=1 (%d)", atKill, atReady)
@@ -744,6 +718,27 @@ func (mx *matrix) runMain(t *testing.T) {
 	})
 }
 
+// roundsEvery starts a probe round every 150 ms, at most 2 in flight
+// (under a slow VM, TCG, unbounded rounds pile up and overflow the
+// captures), telling started when each begins, until the returned stop,
+// which waits for the rounds in flight.
+func (w *window) roundsEvery(rows []*mrow, started func(time.Time)) (stop func()) {
+	var rounds sync.WaitGroup
+	slots := make(chan struct{}, 2)
+	quit := harness.Repeat(150*time.Millisecond, func() {
+		select {
+		case slots <- struct{}{}:
+			if started != nil {
+				started(time.Now())
+			}
+			rounds.Add(1)
+			go func() { defer rounds.Done(); defer func() { <-slots }(); w.round(rows) }()
+		default:
+		}
+	})
+	return func() { quit(); rounds.Wait() }
+}
+
 // portMoved is state P's action: rounds run from before the gateway moves
 // the port until after status shows the new one, and one is in flight
 // when the change is seen. Its positive controls: the kill switch held
@@ -755,25 +750,7 @@ func (mx *matrix) portMoved(s *site, w *window) {
 		return
 	}
 	w.controls++
-	stop, done := make(chan struct{}), make(chan struct{})
-	slots := make(chan struct{}, 2)
-	var rounds sync.WaitGroup
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case slots <- struct{}{}:
-				rounds.Add(1)
-				go func() { defer rounds.Done(); defer func() { <-slots }(); w.round(mx.rows) }()
-			default:
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(150 * time.Millisecond):
-			}
-		}
-	}()
+	stopRounds := w.roundsEvery(mx.rows, nil)
 	time.Sleep(300 * time.Millisecond)
 	asked := time.Now()
 	if err := s.tp.NATPMP().ChangePort(); err != nil {
@@ -786,9 +763,7 @@ func (mx *matrix) portMoved(s *site, w *window) {
 	}
 	seen := time.Now()
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	<-done
-	rounds.Wait()
+	stopRounds()
 	sets := s.forwardedSets()
 	if now == old || now == 0 || sets != fmt.Sprintf("tcp {%d} udp {%d}", now, now) {
 		w.fail("positive control: the port did not move within 15 s of the gateway's change (status %d, was %d; kill switch %s)", now, old, sets)
