@@ -68,9 +68,29 @@ func (c *confined) startForwarding(t *testing.T, a confinedApp) (*torrent.Daemon
 	t.Logf("before %s starts, status says pending %q", a.name, st.PortForward.Pending)
 	c.peerBlocked(t, firstForwarded, "nothing listening yet")
 
+	before := c.requests(t)
 	d, tor := c.startWith(t, a)
+	c.waitAppPort(t, a, firstForwarded)
+	if c.requests(t) == before {
+		t.Logf("%s was given the port by a retry: no renewal came in between", a.name)
+	} else {
+		t.Logf("%s was given the port by a retry or a renewal", a.name)
+	}
 	c.forwardedTo(t, a, d, tor, firstForwarded)
 	return d, tor
+}
+
+// requests is how many NAT-PMP requests the agent made so far (status's
+// portForward.requests): two a round here, one per protocol.
+func (c *confined) requests(t *testing.T) float64 {
+	t.Helper()
+	st, o, err := c.ag.Status(c.name)
+	pf, _ := st["portForward"].(map[string]any)
+	n, ok := pf["requests"].(float64)
+	if err != nil || !ok {
+		t.Fatalf("status: no portForward.requests (%v):\n%s", err, o.String())
+	}
+	return n
 }
 
 // forwardedTo waits until a's API reports port and asserts that its
