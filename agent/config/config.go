@@ -38,6 +38,24 @@ type Config struct {
 	// Metrics serves Prometheus metrics and health endpoints (off by
 	// default).
 	Metrics Metrics `json:"metrics,omitempty"`
+	// Memory bounds what the userspace data plane holds (the kernel
+	// backend ignores it).
+	Memory Memory `json:"memory,omitempty"`
+}
+
+// Memory bounds the userspace backend's memory. wireguard-go holds each
+// packet between reading it and handing it on in a 64 KiB buffer, with no
+// limit on how many: under iperf3 load through the tunnel an unbounded
+// agent's resident memory peaked at 440–520 MiB.
+type Memory struct {
+	// PacketBuffers is how many packets, per direction, the userspace data
+	// plane holds at most between reading them and handing them on; each
+	// takes a 64 KiB buffer. Default 256: measured peak resident memory
+	// about 90 MiB instead of about 470 MiB unbounded, at the same
+	// throughput (see BENCHMARKS.md). Fewer save memory and cost
+	// throughput (64: about 73 MiB). 0 means unbounded, as stock
+	// wireguard-go. Otherwise 64–65536.
+	PacketBuffers *int `json:"packetBuffers,omitempty"`
 }
 
 // Health tunes liveness. Without a probe the agent judges the tunnel by

@@ -57,6 +57,10 @@ type Spec struct {
 	Probe   *ProbeSpec // nil: judge by WireGuard's timers only
 	Metrics *Listen    // nil when off
 
+	// PacketBuffers bounds the userspace data plane's packets in flight
+	// per direction; 0 is unbounded (memory.packetBuffers).
+	PacketBuffers int
+
 	// Warnings from parsing (ignored wg-quick keys), for the log.
 	Warnings []string
 	// KeysLoaded is false when resolved without reading secret files
