@@ -1,0 +1,66 @@
+package wireguard
+
+import (
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/tun"
+)
+
+// boundedTUN and boundedBind hold wireguard-go to max packets in flight
+// per direction (see inflight): out counts packets from the TUN until they
+// are sent on the UDP socket, in counts packets from the UDP socket until
+// they are written to the TUN.
+type boundedTUN struct {
+	tun.Device
+	out, in *inflight
+}
+
+func (b boundedTUN) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	b.out.wait()
+	n, err := b.Device.Read(bufs, sizes, offset)
+	b.out.take(n)
+	return n, err
+}
+
+func (b boundedTUN) Write(bufs [][]byte, offset int) (int, error) {
+	n, err := b.Device.Write(bufs, offset)
+	b.in.give(len(bufs)) // written or dropped, their buffers go back
+	return n, err
+}
+
+// boundedBind wraps the UDP bind. wireguard-go starts its sticky-socket
+// route listener only for a bare *conn.StdNetBind, so a bounded device
+// has none: a cached source address is cleared by the device itself when
+// a send fails (Peer.SendBuffers), not at once on a host route change.
+type boundedBind struct {
+	conn.Bind
+	out, in *inflight
+}
+
+func (b boundedBind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
+	fns, p, err := b.Bind.Open(port)
+	for i, fn := range fns {
+		fns[i] = func(packets [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
+			b.in.wait()
+			n, err := fn(packets, sizes, eps)
+			b.in.take(n)
+			return n, err
+		}
+	}
+	return fns, p, err
+}
+
+func (b boundedBind) Send(bufs [][]byte, ep conn.Endpoint) error {
+	err := b.Bind.Send(bufs, ep)
+	b.out.give(len(bufs))
+	return err
+}
+
+// bound wraps td and bind so that at most max packets per direction are in
+// flight; max 0 leaves them as they are (stock wireguard-go: unbounded).
+func bound(td tun.Device, bind conn.Bind, max int) (tun.Device, conn.Bind) {
+	if max <= 0 {
+		return td, bind
+	}
+	out, in := newInflight(max), newInflight(max)
+	return boundedTUN{td, out, in}, boundedBind{bind, out, in}
+}
