@@ -307,6 +307,17 @@ let
     ++ lib.optional (unset ? health || unset ? metrics || unset.wireguard ? configFiles) "new options: unset, yet in the JSON: ${builtins.toJSON unset}"
     ++ lib.optional (probeOnly.health != { probe.address = "10.2.0.1"; }) "new options: a probe address alone generated ${builtins.toJSON probeOnly.health}";
 
+  # memory.packetBuffers (issue 15): a value, and 0 (unbounded), reach the
+  # JSON as given; unset, it is absent (the agent's default, 256, applies).
+  memoryChecks =
+    let
+      gen = v: (eval (withBase { services.vpnConfinement.namespaces.vpn.memory.packetBuffers = v; })).services.vpnConfinement.namespaces.vpn.generatedConfig;
+      unset = (eval base).services.vpnConfinement.namespaces.vpn.generatedConfig;
+    in
+    lib.optional ((gen 128).memory or null != { packetBuffers = 128; }) "memory: packetBuffers = 128 generated ${builtins.toJSON (gen 128)}"
+    ++ lib.optional ((gen 0).memory or null != { packetBuffers = 0; }) "memory: packetBuffers = 0 (unbounded) generated ${builtins.toJSON (gen 0)}"
+    ++ lib.optional (unset ? memory) "memory: unset, yet in the JSON: ${builtins.toJSON unset}";
+
   # What only NixOS knows: each must trip a module assertion containing `expect`.
   cases = {
     secret-in-store = {
@@ -369,6 +380,10 @@ let
   # --static` over every namespace's JSON) must reject it with `expect`.
   # .ci/nix-check.sh runs the agent on the `files` of each.
   buildCases = {
+    packet-buffers-too-few = {
+      config = withBase { services.vpnConfinement.namespaces.vpn.memory.packetBuffers = 10; };
+      expect = "memory.packetBuffers: 10 is out of range; use 64–65536, or 0 for unbounded";
+    };
     name-too-long = {
       config = withBase { services.vpnConfinement.namespaces.averyveryverylongname.wireguard.privateKeyFile = "/run/k"; };
       expect = "is 21 characters long; use at most 12";
@@ -712,5 +727,6 @@ in
     ++ restartChecks
     ++ nscdChecks
     ++ kernelChecks
-    ++ newOptionChecks;
+    ++ newOptionChecks
+    ++ memoryChecks;
 }
