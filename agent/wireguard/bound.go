@@ -24,6 +24,7 @@ type inflight struct {
 
 	mu       sync.Mutex
 	held     int
+	taken    uint64        // packets read so far
 	released uint64        // hand-ons so far
 	wake     chan struct{} // closed when a waiter may go on
 }
@@ -68,6 +69,7 @@ func (f *inflight) take(n int) {
 	}
 	f.mu.Lock()
 	f.held += n
+	f.taken += uint64(n)
 	f.mu.Unlock()
 }
 
@@ -82,4 +84,48 @@ func (f *inflight) give(n int) {
 		f.wake = nil
 	}
 	f.mu.Unlock()
+}
+
+// read is how many packets were read so far.
+func (f *inflight) read() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.taken
+}
+
+// trimWhenIdle calls trim once each time traffic stops: when a check,
+// every interval, finds that packets were read since the check before but
+// none since the last. wireguard-go's pool keeps its buffers until two
+// garbage collections, and an idle agent allocates nothing that would
+// start one, so without a trim an agent kept its peak resident memory
+// (88 MiB) for minutes after iperf3 stopped. It returns when done closes.
+func trimWhenIdle(interval time.Duration, read func() uint64, trim func(), done <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	s := idleState{last: read()}
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if s.stopped(read()) {
+				trim()
+			}
+		}
+	}
+}
+
+// idleState tells, check by check, when traffic stops.
+type idleState struct {
+	last uint64 // packets read at the last check
+	busy bool   // packets were read between the last two checks
+}
+
+// stopped takes the packets read so far and reports whether traffic went
+// on until the previous check and stopped since.
+func (s *idleState) stopped(n uint64) bool {
+	moved := n != s.last
+	stop := s.busy && !moved
+	s.last, s.busy = n, moved
+	return stop
 }

@@ -1,6 +1,9 @@
 package wireguard
 
 import (
+	"runtime/debug"
+	"time"
+
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/tun"
 )
@@ -56,11 +59,25 @@ func (b boundedBind) Send(bufs [][]byte, ep conn.Endpoint) error {
 }
 
 // bound wraps td and bind so that at most max packets per direction are in
-// flight; max 0 leaves them as they are (stock wireguard-go: unbounded).
-func bound(td tun.Device, bind conn.Bind, max int) (tun.Device, conn.Bind) {
+// flight; read counts the packets read in both directions. max 0 leaves
+// them as they are (stock wireguard-go: unbounded) and read nil.
+func bound(td tun.Device, bind conn.Bind, max int) (tun.Device, conn.Bind, func() uint64) {
 	if max <= 0 {
-		return td, bind
+		return td, bind, nil
 	}
 	out, in := newInflight(max), newInflight(max)
-	return boundedTUN{td, out, in}, boundedBind{bind, out, in}
+	read := func() uint64 { return out.read() + in.read() }
+	return boundedTUN{td, out, in}, boundedBind{bind, out, in}, read
+}
+
+// idleTrimInterval is how often trimWhenIdle looks for traffic that
+// stopped: after a burst the agent gives its buffers back within 10–20 s.
+const idleTrimInterval = 10 * time.Second
+
+// returnMemory gives the heap's free memory back to the kernel. Twice:
+// the first collection only moves sync.Pool's buffers to its victim cache,
+// the second frees them.
+func returnMemory() {
+	debug.FreeOSMemory()
+	debug.FreeOSMemory()
 }

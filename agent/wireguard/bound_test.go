@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -57,5 +58,58 @@ func TestInflightNeverBelowZero(t *testing.T) {
 	f.take(1)
 	if waits(f, leakTimeout/4) {
 		t.Fatal("gives without takes raised the bound")
+	}
+}
+
+func TestIdleStateStopsOncePerBurst(t *testing.T) {
+	s := idleState{}
+	// packets read so far at each check, and whether that check trims
+	for i, c := range []struct {
+		n    uint64
+		stop bool
+	}{
+		{0, false}, {0, false}, // idle from the start: nothing to give back
+		{5, false}, {9, false}, // traffic
+		{9, true},              // stopped
+		{9, false}, {9, false}, // still idle: once is enough
+		{10, false}, {10, true}, // a burst of one check
+	} {
+		if got := s.stopped(c.n); got != c.stop {
+			t.Fatalf("check %d (n=%d): stopped %v, want %v", i, c.n, got, c.stop)
+		}
+	}
+}
+
+func TestTrimWhenIdleTrimsAndEnds(t *testing.T) {
+	var mu sync.Mutex
+	counts := []uint64{1, 2, 3} // traffic, then none: the last repeats
+	read := func() uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		n := counts[0]
+		if len(counts) > 1 {
+			counts = counts[1:]
+		}
+		return n
+	}
+	trims := make(chan struct{}, 10)
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		trimWhenIdle(time.Millisecond, read, func() { trims <- struct{}{} }, done)
+		close(ended)
+	}()
+	select {
+	case <-trims:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no trim after traffic stopped")
+	}
+	close(done)
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("trimWhenIdle did not return once done closed")
+	}
+	if len(trims) != 0 {
+		t.Fatalf("%d more trims for one stop", len(trims))
 	}
 }

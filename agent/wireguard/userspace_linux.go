@@ -53,7 +53,7 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 			td.Close()
 		}
 	}()
-	btd, bind := bound(fixedMTU{td, s.MTU}, conn.NewDefaultBind(), s.PacketBuffers)
+	btd, bind, read := bound(fixedMTU{td, s.MTU}, conn.NewDefaultBind(), s.PacketBuffers)
 	dev := device.NewDevice(btd, bind, deviceLogger(log, s.Interface))
 	defer func() {
 		if err != nil {
@@ -104,6 +104,9 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 			go dev.IpcHandle(c)
 		}
 	}()
+	if read != nil {
+		go trimWhenIdle(idleTrimInterval, read, returnMemory, dev.Wait())
+	}
 	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul, applied: &cfg}, nil
 }
 
