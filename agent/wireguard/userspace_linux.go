@@ -105,6 +105,7 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 		}
 	}()
 	if read != nil {
+		limitMemory(s.PacketBuffers)
 		go trimWhenIdle(idleTrimInterval, read, returnMemory, dev.Wait())
 	}
 	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul, applied: &cfg}, nil
