@@ -98,11 +98,13 @@ func (f *inflight) read() uint64 {
 // none since the last. wireguard-go's pool keeps its buffers until two
 // garbage collections, and an idle agent allocates nothing that would
 // start one, so without a trim an agent kept its peak resident memory
-// (88 MiB) for minutes after iperf3 stopped. It returns when done closes.
+// (88 MiB) for minutes after iperf3 stopped. Bring-up counts as traffic:
+// the first idle check gives back what it left (19.1 -> 17.7 MiB). It
+// returns when done closes.
 func trimWhenIdle(interval time.Duration, read func() uint64, trim func(), done <-chan struct{}) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	s := idleState{last: read()}
+	s := idleState{last: read(), busy: true}
 	for {
 		select {
 		case <-done:

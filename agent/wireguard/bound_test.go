@@ -62,13 +62,13 @@ func TestInflightNeverBelowZero(t *testing.T) {
 }
 
 func TestIdleStateStopsOncePerBurst(t *testing.T) {
-	s := idleState{}
+	s := idleState{busy: true} // as trimWhenIdle starts: bring-up was busy
 	// packets read so far at each check, and whether that check trims
 	for i, c := range []struct {
 		n    uint64
 		stop bool
 	}{
-		{0, false}, {0, false}, // idle from the start: nothing to give back
+		{0, true}, {0, false}, // idle from the start: bring-up's garbage, once
 		{5, false}, {9, false}, // traffic
 		{9, true},              // stopped
 		{9, false}, {9, false}, // still idle: once is enough
@@ -82,7 +82,7 @@ func TestIdleStateStopsOncePerBurst(t *testing.T) {
 
 func TestTrimWhenIdleTrimsAndEnds(t *testing.T) {
 	var mu sync.Mutex
-	counts := []uint64{1, 2, 3} // traffic, then none: the last repeats
+	counts := []uint64{1, 2, 3} // traffic from the start, then none: the last repeats
 	read := func() uint64 {
 		mu.Lock()
 		defer mu.Unlock()
