@@ -138,6 +138,9 @@ func resolveOne(c *Config, opts Options) (*Spec, error) {
 	if err := resolvePortForward(c, s, opts); err != nil {
 		return nil, err
 	}
+	if err := resolveMemory(c, s); err != nil {
+		return nil, err
+	}
 	if !opts.Static {
 		if err := checkHostPrefixes(s, opts); err != nil {
 			return nil, err

@@ -58,6 +58,9 @@ type Spec struct {
 	Metrics *Listen    // nil when off
 
 	PortForward *PortForwardSpec // nil when off
+	// PacketBuffers bounds the userspace data plane's packets in flight
+	// per direction; 0 is unbounded (memory.packetBuffers).
+	PacketBuffers int
 
 	// Warnings from parsing (ignored wg-quick keys), for the log.
 	Warnings []string

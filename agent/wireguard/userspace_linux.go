@@ -53,7 +53,8 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 			td.Close()
 		}
 	}()
-	dev := device.NewDevice(fixedMTU{td, s.MTU}, conn.NewDefaultBind(), deviceLogger(log, s.Interface))
+	btd, bind, read := bound(fixedMTU{td, s.MTU}, conn.NewDefaultBind(), s.PacketBuffers)
+	dev := device.NewDevice(btd, bind, deviceLogger(log, s.Interface))
 	defer func() {
 		if err != nil {
 			dev.Close()
@@ -103,6 +104,10 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 			go dev.IpcHandle(c)
 		}
 	}()
+	if read != nil {
+		limitMemory(s.PacketBuffers)
+		go trimWhenIdle(idleTrimInterval, read, returnMemory, dev.Wait())
+	}
 	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul, applied: &cfg}, nil
 }
 

@@ -382,6 +382,16 @@ let
     ++ lib.optional (off != null) "portForwarding: disabled, yet in the JSON: ${builtins.toJSON off}"
     ++ lib.optional (docs != wantDocs) "portForwarding: the docs example generated ${builtins.toJSON docs}, want ${builtins.toJSON wantDocs}"
     ++ lib.optional (failedAssertions pfExample != [ ] || pfExample.warnings != [ ]) "portForwarding: the docs example trips ${builtins.toJSON (failedAssertions pfExample ++ pfExample.warnings)}";
+  # memory.packetBuffers (issue 15): a value, and 0 (unbounded), reach the
+  # JSON as given; unset, it is absent (the agent's default, 256, applies).
+  memoryChecks =
+    let
+      gen = v: (eval (withBase { services.vpnConfinement.namespaces.vpn.memory.packetBuffers = v; })).services.vpnConfinement.namespaces.vpn.generatedConfig;
+      unset = (eval base).services.vpnConfinement.namespaces.vpn.generatedConfig;
+    in
+    lib.optional ((gen 128).memory or null != { packetBuffers = 128; }) "memory: packetBuffers = 128 generated ${builtins.toJSON (gen 128)}"
+    ++ lib.optional ((gen 0).memory or null != { packetBuffers = 0; }) "memory: packetBuffers = 0 (unbounded) generated ${builtins.toJSON (gen 0)}"
+    ++ lib.optional (unset ? memory) "memory: unset, yet in the JSON: ${builtins.toJSON unset}";
 
   # What only NixOS knows: each must trip a module assertion containing `expect`.
   cases = {
@@ -457,6 +467,10 @@ let
   # --static` over every namespace's JSON) must reject it with `expect`.
   # .ci/nix-check.sh runs the agent on the `files` of each.
   buildCases = {
+    packet-buffers-too-few = {
+      config = withBase { services.vpnConfinement.namespaces.vpn.memory.packetBuffers = 10; };
+      expect = "memory.packetBuffers: 10 is out of range; use 64–65536, or 0 for unbounded";
+    };
     name-too-long = {
       config = withBase { services.vpnConfinement.namespaces.averyveryverylongname.wireguard.privateKeyFile = "/run/k"; };
       expect = "is 21 characters long; use at most 12";
@@ -813,5 +827,6 @@ in
     ++ nscdChecks
     ++ kernelChecks
     ++ newOptionChecks
-    ++ portForwardingChecks;
+    ++ portForwardingChecks
+    ++ memoryChecks;
 }

@@ -140,6 +140,22 @@ var jsonCases = []jsonCase{
 	{"host link broadcast address", "hostLink.namespaceAddress", func(m map[string]any, _ string, _ keys) {
 		m["hostLink"] = map[string]any{"enable": true, "hostAddress": "10.200.0.1/30", "namespaceAddress": "10.200.0.3/30"}
 	}},
+	// Issue 15: the userspace data plane's packet bound.
+	{"packet buffers below the minimum", "memory.packetBuffers: 10 is out of range; use 64–65536, or 0 for unbounded", func(m map[string]any, _ string, _ keys) {
+		m["memory"] = map[string]any{"packetBuffers": 10}
+	}},
+	{"negative packet buffers", "memory.packetBuffers: -1 is out of range", func(m map[string]any, _ string, _ keys) {
+		m["memory"] = map[string]any{"packetBuffers": -1}
+	}},
+	{"packet buffers above the maximum", "memory.packetBuffers: 65537 is out of range", func(m map[string]any, _ string, _ keys) {
+		m["memory"] = map[string]any{"packetBuffers": 65537}
+	}},
+	{"packet buffers as a string", "memory.packetBuffers", func(m map[string]any, _ string, _ keys) {
+		m["memory"] = map[string]any{"packetBuffers": "256"}
+	}},
+	{"unknown memory field", "limit: unknown field", func(m map[string]any, _ string, _ keys) {
+		m["memory"] = map[string]any{"limit": "64MiB"}
+	}},
 	{"duplicate peer key", "wireguard.peers[1].publicKey", func(m map[string]any, _ string, k keys) {
 		p := map[string]any{"publicKey": k.pub, "endpoint": "192.0.2.1:51820", "allowedIPs": []any{"0.0.0.0/0"}}
 		q := map[string]any{"publicKey": k.pub, "endpoint": "192.0.2.2:51820", "allowedIPs": []any{"::/0"}}

@@ -1,0 +1,115 @@
+package wireguard
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// waits reports whether f.wait returns within d.
+func waits(f *inflight, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { f.wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func TestInflightBlocksAtMaxAndResumesOnGive(t *testing.T) {
+	f := newInflight(4)
+	f.take(3)
+	if !waits(f, time.Second) {
+		t.Fatal("wait blocked with 3 of 4 held")
+	}
+	f.take(1)
+	done := make(chan struct{})
+	go func() { f.wait(); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("wait returned with 4 of 4 held")
+	case <-time.After(leakTimeout / 4):
+	}
+	f.give(1)
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("wait still blocked after a give")
+	}
+}
+
+func TestInflightForgetsLeakedPackets(t *testing.T) {
+	f := newInflight(2)
+	f.take(5) // wireguard-go dropped them: never given back
+	start := time.Now()
+	if !waits(f, 10*leakTimeout) {
+		t.Fatal("a count that saw no hand-on stayed full")
+	}
+	if el := time.Since(start); el < leakTimeout {
+		t.Fatalf("wait returned after %v, before the leak timeout %v", el, leakTimeout)
+	}
+}
+
+func TestInflightNeverBelowZero(t *testing.T) {
+	f := newInflight(1)
+	f.give(3) // handshakes sent: never taken
+	f.take(1)
+	if waits(f, leakTimeout/4) {
+		t.Fatal("gives without takes raised the bound")
+	}
+}
+
+func TestIdleStateStopsOncePerBurst(t *testing.T) {
+	s := idleState{busy: true} // as trimWhenIdle starts: bring-up was busy
+	// packets read so far at each check, and whether that check trims
+	for i, c := range []struct {
+		n    uint64
+		stop bool
+	}{
+		{0, true}, {0, false}, // idle from the start: bring-up's garbage, once
+		{5, false}, {9, false}, // traffic
+		{9, true},              // stopped
+		{9, false}, {9, false}, // still idle: once is enough
+		{10, false}, {10, true}, // a burst of one check
+	} {
+		if got := s.stopped(c.n); got != c.stop {
+			t.Fatalf("check %d (n=%d): stopped %v, want %v", i, c.n, got, c.stop)
+		}
+	}
+}
+
+func TestTrimWhenIdleTrimsAndEnds(t *testing.T) {
+	var mu sync.Mutex
+	counts := []uint64{1, 2, 3} // traffic from the start, then none: the last repeats
+	read := func() uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		n := counts[0]
+		if len(counts) > 1 {
+			counts = counts[1:]
+		}
+		return n
+	}
+	trims := make(chan struct{}, 10)
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		trimWhenIdle(time.Millisecond, read, func() { trims <- struct{}{} }, done)
+		close(ended)
+	}()
+	select {
+	case <-trims:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no trim after traffic stopped")
+	}
+	close(done)
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("trimWhenIdle did not return once done closed")
+	}
+	if len(trims) != 0 {
+		t.Fatalf("%d more trims for one stop", len(trims))
+	}
+}
