@@ -17,7 +17,7 @@ import (
 // needs down and up.
 var (
 	LiveParts    = []string{"dns", "openPorts", "peers", "privateKey"}
-	RestartParts = []string{"addresses", "backend", "fwMark", "hostLink", "interface", "ipv6", "listenPort", "mtu", "portForwarding"}
+	RestartParts = []string{"addresses", "backend", "fwMark", "hostLink", "interface", "ipv6", "listenPort", "memory", "mtu", "portForwarding"}
 )
 
 // Digests fingerprints each part of a resolved config: a truncated
@@ -55,6 +55,7 @@ func serverDigests(s *config.Spec) map[string]string {
 		"ipv6":       s.IPv6,
 		"listenPort": s.ListenPort,
 		"mtu":        s.MTU,
+		"memory":     s.PacketBuffers,
 	}
 	var peers []string
 	for _, p := range s.Peers {
