@@ -16,12 +16,14 @@ import (
 type boundedTUN struct {
 	tun.Device
 	out, in *inflight
+	pace    *gcPace
 }
 
 func (b boundedTUN) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	b.out.wait()
 	n, err := b.Device.Read(bufs, sizes, offset)
 	b.out.take(n)
+	b.pace.saw(n)
 	return n, err
 }
 
@@ -38,6 +40,7 @@ func (b boundedTUN) Write(bufs [][]byte, offset int) (int, error) {
 type boundedBind struct {
 	conn.Bind
 	out, in *inflight
+	pace    *gcPace
 }
 
 func (b boundedBind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
@@ -47,6 +50,7 @@ func (b boundedBind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 			b.in.wait()
 			n, err := fn(packets, sizes, eps)
 			b.in.take(n)
+			b.pace.saw(n)
 			return n, err
 		}
 	}
@@ -60,15 +64,16 @@ func (b boundedBind) Send(bufs [][]byte, ep conn.Endpoint) error {
 }
 
 // bound wraps td and bind so that at most max packets per direction are in
-// flight; read counts the packets read in both directions. max 0 leaves
-// them as they are (stock wireguard-go: unbounded) and read nil.
-func bound(td tun.Device, bind conn.Bind, max int) (tun.Device, conn.Bind, func() uint64) {
+// flight; read counts the packets read in both directions, and pace (nil:
+// none) is told of each batch read. max 0 leaves them as they are (stock
+// wireguard-go: unbounded) and read nil.
+func bound(td tun.Device, bind conn.Bind, max int, pace *gcPace) (tun.Device, conn.Bind, func() uint64) {
 	if max <= 0 {
 		return td, bind, nil
 	}
 	out, in := newInflight(max), newInflight(max)
 	read := func() uint64 { return out.read() + in.read() }
-	return boundedTUN{td, out, in}, boundedBind{bind, out, in}, read
+	return boundedTUN{td, out, in, pace}, boundedBind{bind, out, in, pace}, read
 }
 
 // idleTrimInterval is how often trimWhenIdle looks for traffic that
@@ -94,6 +99,15 @@ func returnMemory() {
 func softLimit(max int) int64 {
 	const buf, batches, runtime = 64 << 10, 3 * 128, 16 << 20
 	return int64(2*max+batches)*buf + runtime
+}
+
+// newGCPace paces the collector for idle spells (see gcPace), unless GOGC,
+// the admin's own setting, is set: then nil, which changes nothing.
+func newGCPace() *gcPace {
+	if os.Getenv("GOGC") != "" {
+		return nil
+	}
+	return &gcPace{set: debug.SetGCPercent}
 }
 
 // limitMemory sets softLimit(max) unless GOMEMLIMIT, the admin's own

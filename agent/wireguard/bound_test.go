@@ -95,7 +95,7 @@ func TestTrimWhenIdleTrimsAndEnds(t *testing.T) {
 	trims := make(chan struct{}, 10)
 	done, ended := make(chan struct{}), make(chan struct{})
 	go func() {
-		trimWhenIdle(time.Millisecond, read, func() { trims <- struct{}{} }, done)
+		trimWhenIdle(time.Millisecond, 1, read, func() { trims <- struct{}{} }, done)
 		close(ended)
 	}()
 	select {
@@ -112,4 +112,67 @@ func TestTrimWhenIdleTrimsAndEnds(t *testing.T) {
 	if len(trims) != 0 {
 		t.Fatalf("%d more trims for one stop", len(trims))
 	}
+}
+
+func TestIdleStateIgnoresKeepalives(t *testing.T) {
+	s := idleState{busy: true, min: 128}
+	for i, c := range []struct {
+		n    uint64
+		stop bool
+	}{
+		{2, true},              // bring-up, then a keepalive: stopped
+		{3, false}, {5, false}, // keepalives and a handshake: still idle
+		{500, false}, {900, false}, // traffic
+		{901, true}, // a keepalive only: stopped
+	} {
+		if got := s.stopped(c.n); got != c.stop {
+			t.Fatalf("check %d (n=%d): stopped %v, want %v", i, c.n, got, c.stop)
+		}
+	}
+}
+
+// fakeGC records the GC percent gcPace sets.
+type fakeGC struct{ percent, sets int }
+
+func (f *fakeGC) set(p int) int { old := f.percent; f.percent, f.sets = p, f.sets+1; return old }
+
+func TestGCPaceLowersWhileIdleAndRestoresOnTraffic(t *testing.T) {
+	gc := &fakeGC{percent: 100}
+	g := &gcPace{set: gc.set}
+	g.saw(busyPackets) // busy: nothing to do
+	if gc.sets != 0 {
+		t.Fatalf("busy traffic set GOGC %d times", gc.sets)
+	}
+	g.rest()
+	g.rest() // twice: the setting it replaced stays 100, not 10
+	if gc.percent != idleGCPercent || gc.sets != 1 {
+		t.Fatalf("idle: GOGC %d after %d sets, want %d after 1", gc.percent, gc.sets, idleGCPercent)
+	}
+	g.saw(1)
+	g.saw(busyPackets - 2) // keepalives and a handshake: still idle
+	if gc.percent != idleGCPercent {
+		t.Fatalf("GOGC %d after %d packets, want still %d", gc.percent, busyPackets-1, idleGCPercent)
+	}
+	g.saw(1)
+	if gc.percent != 100 {
+		t.Fatalf("GOGC %d after %d packets, want 100 again", gc.percent, busyPackets)
+	}
+	g.rest()
+	g.wake() // the device went
+	g.wake()
+	if gc.percent != 100 || gc.sets != 4 {
+		t.Fatalf("after wake: GOGC %d after %d sets, want 100 after 4", gc.percent, gc.sets)
+	}
+	g.rest()
+	g.saw(busyPackets - 1) // a new idle spell counts from zero
+	if gc.percent != idleGCPercent {
+		t.Fatalf("GOGC %d: the count of an earlier idle spell carried over", gc.percent)
+	}
+}
+
+func TestGCPaceNilChangesNothing(t *testing.T) {
+	var g *gcPace // GOGC set by the admin
+	g.rest()
+	g.saw(busyPackets)
+	g.wake()
 }

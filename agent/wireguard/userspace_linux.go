@@ -53,7 +53,8 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 			td.Close()
 		}
 	}()
-	btd, bind, read := bound(fixedMTU{td, s.MTU}, conn.NewDefaultBind(), s.PacketBuffers)
+	pace := newGCPace()
+	btd, bind, read := bound(fixedMTU{td, s.MTU}, conn.NewDefaultBind(), s.PacketBuffers, pace)
 	dev := device.NewDevice(btd, bind, deviceLogger(log, s.Interface))
 	defer func() {
 		if err != nil {
@@ -106,7 +107,11 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 	}()
 	if read != nil {
 		limitMemory(s.PacketBuffers)
-		go trimWhenIdle(idleTrimInterval, read, returnMemory, dev.Wait())
+		trim := func() { pace.rest(); returnMemory() }
+		go func() {
+			trimWhenIdle(idleTrimInterval, busyPackets, read, trim, dev.Wait())
+			pace.wake() // the device is gone: no idle spell of its own
+		}()
 	}
 	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul, applied: &cfg}, nil
 }
