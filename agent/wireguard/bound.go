@@ -104,8 +104,9 @@ func (f *inflight) read() uint64 {
 // -> 17.7 MiB). Keepalives and handshakes are not traffic: with a
 // PersistentKeepalive of 15 s every 10 s check saw a packet or two, and
 // with min 1 an agent that was never used was never trimmed. It returns
-// when done closes.
-func trimWhenIdle(interval time.Duration, min uint64, read func() uint64, trim func(), done <-chan struct{}) {
+// when done closes. idle, if not nil, is called after every check that
+// finds fewer than min packets.
+func trimWhenIdle(interval time.Duration, min uint64, read func() uint64, trim, idle func(), done <-chan struct{}) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	s := idleState{last: read(), busy: true, min: min}
@@ -116,6 +117,9 @@ func trimWhenIdle(interval time.Duration, min uint64, read func() uint64, trim f
 		case <-t.C:
 			if s.stopped(read()) {
 				trim()
+			}
+			if !s.busy && idle != nil {
+				idle()
 			}
 		}
 	}
@@ -146,14 +150,16 @@ func (s *idleState) stopped(n uint64) bool {
 // freshly touched pages: anonymous memory grew from 6 to 27 MiB in 45 s
 // idle. With GOGC 10 while idle it stays at 8.7 MiB.
 //
-// rest is called when traffic stops; saw with each batch read; wake when
-// the device goes. Traffic is back once busyPackets were read since rest,
-// so a keepalive or a handshake does not end an idle spell. set is
+// rest is called at each idle check (fewer than busyPackets read since
+// the check before); saw with each batch read; wake when the device goes.
+// Traffic is back once busyPackets were read since the last rest, so a
+// keepalive or a handshake does not end an idle spell, and a trickle
+// that wakes it (10 packets/s) is idle again at the next check. set is
 // debug.SetGCPercent: it returns the setting it replaces.
 type gcPace struct {
 	set  func(percent int) int
 	idle atomic.Bool
-	seen atomic.Uint64 // packets read since rest
+	seen atomic.Uint64 // packets read since the last rest
 
 	mu   sync.Mutex
 	prev int // the setting rest replaced
@@ -172,10 +178,10 @@ func (g *gcPace) rest() {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.seen.Store(0)
 	if g.idle.Load() {
 		return
 	}
-	g.seen.Store(0)
 	g.prev = g.set(idleGCPercent)
 	g.idle.Store(true)
 }

@@ -95,7 +95,7 @@ func TestTrimWhenIdleTrimsAndEnds(t *testing.T) {
 	trims := make(chan struct{}, 10)
 	done, ended := make(chan struct{}), make(chan struct{})
 	go func() {
-		trimWhenIdle(time.Millisecond, 1, read, func() { trims <- struct{}{} }, done)
+		trimWhenIdle(time.Millisecond, 1, read, func() { trims <- struct{}{} }, nil, done)
 		close(ended)
 	}()
 	select {
@@ -158,6 +158,12 @@ func TestGCPaceLowersWhileIdleAndRestoresOnTraffic(t *testing.T) {
 		t.Fatalf("GOGC %d after %d packets, want 100 again", gc.percent, busyPackets)
 	}
 	g.rest()
+	g.saw(busyPackets / 2)
+	g.rest() // the next idle check: a new window
+	g.saw(busyPackets / 2)
+	if gc.percent != idleGCPercent {
+		t.Fatalf("GOGC %d: a trickle over two checks ended the idle spell", gc.percent)
+	}
 	g.wake() // the device went
 	g.wake()
 	if gc.percent != 100 || gc.sets != 4 {
@@ -175,4 +181,47 @@ func TestGCPaceNilChangesNothing(t *testing.T) {
 	g.rest()
 	g.saw(busyPackets)
 	g.wake()
+}
+
+func TestTrimWhenIdleCallsIdleAtEachIdleCheck(t *testing.T) {
+	var mu sync.Mutex
+	counts := []uint64{0, 200, 400, 401, 402} // traffic, then keepalives: the last repeats
+	last := uint64(0)
+	read := func() uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		last = counts[0]
+		if len(counts) > 1 {
+			counts = counts[1:]
+		}
+		return last
+	}
+	trims, idles := make(chan struct{}, 100), make(chan uint64, 100)
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		trimWhenIdle(time.Millisecond, 128, read, func() { trims <- struct{}{} }, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			select {
+			case idles <- last:
+			default: // the test has what it needs: never block the loop
+			}
+		}, done)
+		close(ended)
+	}()
+	for i := 0; i < 3; i++ {
+		select {
+		case n := <-idles:
+			if n < 401 {
+				t.Fatalf("idle called at %d packets read, while traffic went on", n)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d idle calls, want 3", i)
+		}
+	}
+	close(done)
+	<-ended
+	if len(trims) != 1 {
+		t.Fatalf("%d trims for one stop, want 1", len(trims))
+	}
 }

@@ -107,9 +107,8 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 	}()
 	if read != nil {
 		limitMemory(s.PacketBuffers)
-		trim := func() { pace.rest(); returnMemory() }
 		go func() {
-			trimWhenIdle(idleTrimInterval, busyPackets, read, trim, dev.Wait())
+			trimWhenIdle(idleTrimInterval, busyPackets, read, returnMemory, pace.rest, dev.Wait())
 			pace.wake() // the device is gone: no idle spell of its own
 		}()
 	}
