@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -35,5 +38,25 @@ func TestPrintReportPortForward(t *testing.T) {
 	printReport(&b, &status.Report{Name: "plain"})
 	if strings.Contains(b.String(), "forwarded:") {
 		t.Errorf("a namespace without port forwarding shows a forwarded line:\n%s", b.String())
+	}
+}
+
+// getAll keeps the order of the names whatever order the workers finish in.
+func TestGetAllKeepsOrder(t *testing.T) {
+	var names []string
+	for i := range 20 {
+		names = append(names, fmt.Sprintf("nope%d", i))
+	}
+	names[7] = "Bad/Name"
+	reports, errs := getAll(names)
+	for i, err := range errs {
+		switch {
+		case reports[i] != nil:
+			t.Fatalf("%s: a report for a namespace that does not exist", names[i])
+		case i == 7 && (err == nil || errors.Is(err, os.ErrNotExist)):
+			t.Fatalf("%s: %v, want the name's validation error", names[i], err)
+		case i != 7 && !errors.Is(err, os.ErrNotExist):
+			t.Fatalf("%s: %v, want not exist", names[i], err)
+		}
 	}
 }
