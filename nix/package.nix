@@ -29,7 +29,7 @@ buildGoModule {
     fileset = import ./source.nix { inherit lib; };
   };
 
-  vendorHash = "sha256-nMa2cNgi5SAFo82Dcp0jQ/APt8f+ee6G/cUzAunm2v8=";
+  vendorHash = "sha256-q3oTe7nR4cfXMLbX0t5w2xC4IV3nkJRIO2ABBssJpu0=";
 
   subPackages = [ "agent/cmd/${program}" ];
 

@@ -93,13 +93,19 @@ func selfCPU() time.Duration {
 }
 
 // vmHWM returns a process's peak resident set size in KiB (0 if unknown).
-func vmHWM(pid int) int64 {
+func vmHWM(pid int) int64 { return procStatusKiB(pid, "VmHWM:") }
+
+// vmRSS returns a process's resident set size in KiB (0 if unknown).
+func vmRSS(pid int) int64 { return procStatusKiB(pid, "VmRSS:") }
+
+// procStatusKiB reads one "kB" field of /proc/<pid>/status.
+func procStatusKiB(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return n
 		}

@@ -66,7 +66,17 @@ const (
 	MPingP50    = "pingP50"
 	MLoadedP50  = "pingLoadedP50"
 	MRRP50      = "rrP50"
+	// MPeakRSS is the peak RSS (VmHWM) of the mode's data plane process
+	// during a sample: its vpn-agent, or its stock wireguard-go.
+	MPeakRSS     = "dataplanePeakRSS"
+	MDataplaneGB = "dataplaneCpuPerGB"
 )
+
+// dataplaneHWM reads a sample's data-plane peak RSS in MiB.
+func dataplaneHWM(s *Sample) (float64, bool) {
+	k := max(s.AgentHWM, s.RefHWM)
+	return float64(k) / 1024, k > 0
+}
 
 // metricsFor returns the metrics reported for a workload kind.
 func metricsFor(k Kind) []metric {
@@ -74,12 +84,12 @@ func metricsFor(k Kind) []metric {
 		iperfM(MThroughput, "Mbit/s", true, func(r *IperfResult) float64 { return r.BitsPerSecond / 1e6 }),
 		cpuM(MMachineGB, true, func(c *CPU) float64 { return c.MachinePerGB }),
 		cpuM(MProcsGB, true, func(c *CPU) float64 { return c.ProcessesPerGB }),
-		cpuM("dataplaneCpuPerGB", false, func(c *CPU) float64 { return c.DataplanePerGB }),
+		cpuM(MDataplaneGB, false, func(c *CPU) float64 { return c.DataplanePerGB }),
 		latM(MLoadedP50, true, loaded, p50),
 		latM("pingLoadedP95", false, loaded, p95),
 		latM("pingLoadedP99", true, loaded, p99),
 		latM("pingLoadedMax", false, loaded, pmax),
-		{"agentPeakRSS", "MiB", func(s *Sample) (float64, bool) { return float64(s.AgentHWM) / 1024, s.AgentHWM > 0 }, false},
+		{MPeakRSS, "MiB", dataplaneHWM, false},
 	}
 	switch k {
 	case KindTCP:
@@ -100,7 +110,8 @@ func metricsFor(k Kind) []metric {
 }
 
 // comparisons are the mode pairs (baseline, mode) compared round by round.
-var comparisons = [][2]Mode{{ModeTunnel, ModePolicy}, {ModeTunnel, ModeControl}, {ModeDirect, ModeTunnel}, {ModeReference, ModeTunnel}}
+var comparisons = [][2]Mode{{ModeTunnel, ModePolicy}, {ModeTunnel, ModeControl}, {ModeDirect, ModeTunnel},
+	{ModeReference, ModeTunnel}, {ModeSystemRef, ModeTunnel}, {ModeUnbounded, ModePolicy}}
 
 // BuildSummary computes every workload x mode x metric distribution and
 // the paired comparisons, in workload order of first appearance.
