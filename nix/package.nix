@@ -33,6 +33,14 @@ buildGoModule {
 
   subPackages = [ "agent/cmd/${program}" ];
 
+  # vpn-bench's reference mode: stock wireguard-go of exactly the module
+  # version the agent embeds (go.mod's `tool golang.zx2c4.com/wireguard`
+  # puts its main package into the vendored module set), next to vpn-bench,
+  # where the bench looks for it (agent/bench/binaries_linux.go).
+  postBuild = lib.optionalString (program == "vpn-bench") ''
+    go build -o "$GOPATH/bin/vpn-bench-wireguard-go" golang.zx2c4.com/wireguard
+  '';
+
   # A static binary: the agent only talks netlink and reads files (the
   # bench runs iperf3, ip, nft, wg and tc from PATH).
   env.CGO_ENABLED = "0";
