@@ -43,7 +43,7 @@ type cliFlags struct {
 	profile, backend, modes, duration          *string
 	outPath, svgPath, workloads, pace, shaping *string
 	foScenarios, foProbe                       *string
-	agentBin, refBin, unbounded                *string
+	agentBin, refBin, unbounded, from          *string
 	samples, omit, cycles, foSamples, scale    *int
 }
 
@@ -60,6 +60,7 @@ func newFlags() *cliFlags {
 		refBin:      fs.String("reference-bin", "", "stock wireguard-go of the module version the agent embeds, for mode reference (default: "+ReferenceSibling+" next to vpn-bench, a same-version wireguard-go on PATH, or one built with go from this module)"),
 		unbounded:   fs.String("unbounded-config", DefaultUnbounded, "JSON object merged into the config of mode agent-unbounded's agent"),
 		scale:       fs.Int("scale", 0, "namespaces of the scale workload (default: quick 20, sustained 100)"),
+		from:        fs.String("from", "", "measure nothing: read this benchmark.json, recompute its summary and targets, print them and write the chart (--svg, default next to it)"),
 		samples:     fs.Int("samples", 0, "samples (rounds) per workload and mode (default: the profile's)"),
 		duration:    fs.String("duration", "", "measured seconds per sample, e.g. 3s or 3 (default: the profile's)"),
 		omit:        fs.Int("omit", -1, "iperf3 warm-up seconds omitted (-O) (default: the profile's)"),

@@ -153,18 +153,22 @@ type Sample struct {
 	Seq      int       `json:"seq"` // position in the whole run
 	Start    time.Time `json:"start"`
 
-	Iperf      *IperfResult    `json:"iperf,omitempty"`
-	PingLoaded *Latency        `json:"pingUnderLoad,omitempty"`
-	Ping       *Latency        `json:"ping,omitempty"` // idle
-	RR         *RRResult       `json:"rr,omitempty"`
-	CPU        *CPU            `json:"cpu,omitempty"`
-	AgentHWM   int64           `json:"agentVmHWMKiB,omitempty"` // peak RSS of the mode's vpn-agent process during the sample
-	BenchHWM   int64           `json:"benchVmHWMKiB,omitempty"` // ... of the bench process (probers)
-	RefHWM     int64           `json:"referenceVmHWMKiB,omitempty"`
-	PeerHWM    int64           `json:"peerVmHWMKiB,omitempty"`
-	NFT        *NFTSnapshot    `json:"nft,omitempty"`
-	Raw        json.RawMessage `json:"iperf3,omitempty"` // the client's raw iperf3 JSON
-	Error      string          `json:"error,omitempty"`
+	Iperf      *IperfResult `json:"iperf,omitempty"`
+	PingLoaded *Latency     `json:"pingUnderLoad,omitempty"`
+	Ping       *Latency     `json:"ping,omitempty"` // idle
+	RR         *RRResult    `json:"rr,omitempty"`
+	CPU        *CPU         `json:"cpu,omitempty"`
+	AgentHWM   int64        `json:"agentVmHWMKiB,omitempty"` // peak RSS of the mode's vpn-agent process during the sample
+	BenchHWM   int64        `json:"benchVmHWMKiB,omitempty"` // ... of the bench process (probers)
+	// DataplaneRSSStart is the data plane's VmRSS when the sample began
+	// (where its VmHWM was reset to): a Go process gives memory back
+	// slowly, so a sample's peak is at least what earlier ones left.
+	DataplaneRSSStart int64           `json:"dataplaneRssStartKiB,omitempty"`
+	RefHWM            int64           `json:"referenceVmHWMKiB,omitempty"`
+	PeerHWM           int64           `json:"peerVmHWMKiB,omitempty"`
+	NFT               *NFTSnapshot    `json:"nft,omitempty"`
+	Raw               json.RawMessage `json:"iperf3,omitempty"` // the client's raw iperf3 JSON
+	Error             string          `json:"error,omitempty"`
 }
 
 // Latency is a latency distribution in milliseconds.

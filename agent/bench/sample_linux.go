@@ -111,7 +111,7 @@ func (r *runner) loadSample(ctx context.Context, w Workload, m Mode, s *Sample) 
 	}
 	defer pinger.Close()
 	peer, dp := r.tracked(m)
-	r.resetHWM(peer, dp)
+	r.resetHWM(s, peer, dp)
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
 	lat := make(chan *Latency, 1)
@@ -174,7 +174,7 @@ func (r *runner) pingSample(ctx context.Context, m Mode, s *Sample) error {
 	}
 	defer p.Close()
 	peer, dp := r.tracked(m)
-	r.resetHWM(peer, dp)
+	r.resetHWM(s, peer, dp)
 	before := takeCPU(peer, dp)
 	pctx, cancel := context.WithTimeout(ctx, r.o.Duration)
 	defer cancel()
@@ -196,7 +196,7 @@ func (r *runner) pingSample(ctx context.Context, m Mode, s *Sample) error {
 // rrSample runs the request/response probe (warm-up, then duration).
 func (r *runner) rrSample(ctx context.Context, m Mode, s *Sample) error {
 	peer, dp := r.tracked(m)
-	r.resetHWM(peer, dp)
+	r.resetHWM(s, peer, dp)
 	before := takeCPU(peer, dp)
 	rr, err := runRR(ctx, r.t.thread(m), target(m), r.o.Omit, r.o.Duration)
 	s.CPU = cpuOf(before, takeCPU(peer, dp), peer, dp, m)
@@ -206,12 +206,16 @@ func (r *runner) rrSample(ctx context.Context, m Mode, s *Sample) error {
 	return err
 }
 
-// resetHWM resets the peak RSS of the bench and the processes tracked.
-func (r *runner) resetHWM(peer, dp int) {
+// resetHWM resets the peak RSS of the bench and the processes tracked
+// and records the data plane's RSS at that moment.
+func (r *runner) resetHWM(s *Sample, peer, dp int) {
 	for _, p := range []int{os.Getpid(), peer, dp} {
 		if p > 0 {
 			resetHWM(p)
 		}
+	}
+	if dp > 0 {
+		s.DataplaneRSSStart = vmRSS(dp)
 	}
 }
 
