@@ -45,21 +45,45 @@ func (t *topo) agentSpec(name string, backend config.Backend, mtu int, keyFile s
 	return s, nil
 }
 
-// writeAgentConfig writes c, with fragment (a JSON object, may be empty)
-// merged in, to path (0600) and reads it back as the agent will.
-func writeAgentConfig(path string, c *config.Config, fragment string) (*config.Spec, error) {
-	data, err := mergeJSON(c, fragment)
-	if err != nil {
+// writeAgentConfig writes c to path (0600) and reads it back as the
+// agent will (config.LoadSpec: the policy the bench toggles is compiled
+// from it).
+func writeAgentConfig(path string, c *config.Config) (*config.Spec, error) {
+	if err := writeConfig(path, c, ""); err != nil {
 		return nil, err
-	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		return nil, fmt.Errorf("write agent config: %w", err)
 	}
 	s, err := config.LoadSpec(path, config.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("the agent's config (with %s merged in) is rejected: %w", fragmentOrNone(fragment), err)
+		return nil, fmt.Errorf("the agent's config is rejected: %w", err)
 	}
 	return s, nil
+}
+
+// writeConfig writes c with fragment (a JSON object, may be empty)
+// merged in to path (0600).
+func writeConfig(path string, c *config.Config, fragment string) error {
+	data, err := mergeJSON(c, fragment)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("write agent config: %w", err)
+	}
+	return nil
+}
+
+// validateWith checks a config file with the agent binary itself
+// (`vpn-agent validate --static`): a fragment only a newer agent knows is
+// judged by the agent that will run it, not by the bench's own code.
+func validateWith(bin *Binary, path, fragment string) error {
+	_, code, _, err := runAgentCmd(bin, "", "validate", "--static", "--config", path)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d", code)
+	}
+	if err != nil {
+		return fmt.Errorf("the agent rejects its config with %s merged in: %w", fragmentOrNone(fragment), err)
+	}
+	return nil
 }
 
 func fragmentOrNone(f string) string {

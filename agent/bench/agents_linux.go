@@ -31,7 +31,7 @@ func (r *runner) startAgents() error {
 	o, t := r.o, r.t
 	ep := fmt.Sprintf("%s:%d", underlayPeer, peerPort)
 	c := t.agentConfig(t.C, o.Backend, o.MTU, r.keyFile, tunnelAgent, ep, tunnelPeer)
-	spec, err := writeAgentConfig(filepath.Join(t.Dir, "agent.json"), c, "")
+	spec, err := writeAgentConfig(filepath.Join(t.Dir, "agent.json"), c)
 	if err != nil {
 		return err
 	}
@@ -51,7 +51,11 @@ func (r *runner) startAgents() error {
 		return err
 	}
 	c = t.agentConfig(t.C2, o.Backend, o.MTU, key, tunnelUnb, ep, tunnelPeer)
-	if _, err := writeAgentConfig(filepath.Join(t.Dir, "agent-unbounded.json"), c, o.UnboundedFragment); err != nil {
+	path := filepath.Join(t.Dir, "agent-unbounded.json")
+	if err := writeConfig(path, c, o.UnboundedFragment); err != nil {
+		return err
+	}
+	if err := validateWith(r.agentBin, path, o.UnboundedFragment); err != nil {
 		if !o.modesDefaulted {
 			return fmt.Errorf("--modes %s: %w", ModeUnbounded, err)
 		}

@@ -87,7 +87,7 @@ func (r *runner) scale(ctx context.Context) (*Scale, error) {
 		}
 		cfg := filepath.Join(dir, name+".json")
 		c := t.agentConfig(name, o.Backend, o.MTU, key, scaleAddr(i).String(), ep, scalePeerAddr)
-		if _, err := writeAgentConfig(cfg, c, ""); err != nil {
+		if err := writeConfig(cfg, c, ""); err != nil {
 			return sc, err
 		}
 		a, err := startAgent(r.agentBin, t.U, filepath.Join(dir, name+".log"), filepath.Join(dir, name+".notify"), "--config", cfg)
@@ -170,16 +170,21 @@ func pingFrom(ctx context.Context, ns, addr string) error {
 	return waitPing(ctx, th, addr)
 }
 
-// runAgentCmd runs the agent binary with args in namespace ns as its own
-// process and times it: its exit code and stdout. err is set only when it
-// could not run or was killed (after 30 s).
+// runAgentCmd runs the agent binary with args in namespace ns ("": the
+// bench's own) as its own process and times it: its exit code and stdout.
+// err is set when it could not run, was killed (after 30 s) or exited 2
+// (bad input: its message).
 func runAgentCmd(bin *Binary, ns string, args ...string) (time.Duration, int, []byte, error) {
 	var out, errb bytes.Buffer
 	cmd := bin.command(args...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	start := cmd.Start
+	if ns != "" {
+		start = func() error { return testbed.Start(ns, cmd) }
+	}
 	t0 := time.Now()
-	if err := testbed.Start(ns, cmd); err != nil {
+	if err := start(); err != nil {
 		return 0, 0, nil, err
 	}
 	done := make(chan error, 1)
