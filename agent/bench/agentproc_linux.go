@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -151,6 +152,19 @@ func (a *agentProc) stop() (took time.Duration, err error) {
 		a.cmd.Process.Kill()
 		<-a.done
 		return 0, errors.New("vpn-agent run did not stop within 15s of SIGTERM; killed")
+	}
+}
+
+// pause waits d; it returns early with an error if the agent exits (when,
+// e.g. "during the failover", says in which phase) or ctx ends.
+func (a *agentProc) pause(ctx context.Context, d time.Duration, when string) error {
+	select {
+	case <-a.done:
+		return fmt.Errorf("vpn-agent run exited %s: %v: %s", when, a.err, a.tail())
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
 	}
 }
 

@@ -328,12 +328,8 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 				break
 			}
 		}
-		select {
-		case <-ag.done:
-			return fail("vpn-agent run exited before it was up: %v: %s", ag.err, ag.tail())
-		case <-ctx.Done():
-			return fail("%v", ctx.Err())
-		case <-time.After(foPoll):
+		if err := ag.pause(ctx, foPoll, "before it was up"); err != nil {
+			return fail("%v", err)
 		}
 		if time.Now().After(deadline) {
 			return fail("the agent's namespace was not up within %v: %s", foReadyTimeout, ag.tail())
@@ -403,12 +399,8 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 				return s, nil
 			}
 		}
-		select {
-		case <-ag.done:
-			return fail("vpn-agent run exited during the failover: %v: %s", ag.err, ag.tail())
-		case <-ctx.Done():
-			return fail("%v", ctx.Err())
-		case <-time.After(foPoll):
+		if err := ag.pause(ctx, foPoll, "during the failover"); err != nil {
+			return fail("%v", err)
 		}
 		if time.Since(t0) > window {
 			return fail("no failover within %v of the death (detected: %v): %s", window, isDetected(), ag.tail())

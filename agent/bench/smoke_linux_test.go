@@ -26,34 +26,45 @@ func needRoot(t testing.TB) {
 	}
 }
 
-// TestSmoke runs a real, very short bench (1 sample of 1 s, two modes)
-// and checks the benchmark.json structure and that nothing is left over.
-func TestSmoke(t *testing.T) {
+// runSmoke runs a real, very short bench with o (its output in a
+// temporary directory) within timeout, writes its result and checks that
+// none of its namespaces is left. It skips without root or in -short.
+func runSmoke(t *testing.T, o *Options, timeout time.Duration) *Result {
+	t.Helper()
 	needRoot(t)
 	if testing.Short() {
 		t.Skip("real bench run skipped in -short mode")
 	}
 	dir := t.TempDir()
-	o := Options{
-		Samples: 1, Duration: time.Second, Omit: 0,
-		Modes:     []Mode{ModeDirect, ModePolicy},
-		Workloads: []string{"tcp1-up", "udp-down", "ping-idle", "rr64", "tcp1-down-paced", UpDownWorkload},
-		Pace:      "50M",
-		Backend:   config.BackendUserspace, UpDownCycles: 2, Shaping: "off",
-		Out: filepath.Join(dir, "benchmark.json"), SVG: filepath.Join(dir, "benchmark.svg"),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	o.Out, o.SVG = filepath.Join(dir, "benchmark.json"), filepath.Join(dir, "benchmark.svg")
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	res, err := Run(ctx, o)
+	start := time.Now()
+	res, err := Run(ctx, *o)
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
+	t.Logf("%s: %.1f s", t.Name(), time.Since(start).Seconds())
 	if err := WriteResult(res, o.Out, o.SVG); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(names.NetnsDir, res.Topology.ID+"*")); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
 	}
+	return res
+}
+
+// TestSmoke runs a real, very short bench (1 sample of 1 s, two modes)
+// and checks the benchmark.json structure and that nothing is left over.
+func TestSmoke(t *testing.T) {
+	o := Options{
+		Samples: 1, Duration: time.Second, Omit: 0,
+		Modes:     []Mode{ModeDirect, ModePolicy},
+		Workloads: []string{"tcp1-up", "udp-down", "ping-idle", "rr64", "tcp1-down-paced", UpDownWorkload},
+		Pace:      "50M",
+		Backend:   config.BackendUserspace, UpDownCycles: 2, Shaping: "off",
+	}
+	res := runSmoke(t, &o, 50*time.Second)
 	raw, err := os.ReadFile(o.Out)
 	if err != nil {
 		t.Fatal(err)
@@ -125,14 +136,9 @@ func TestSmoke(t *testing.T) {
 // `vpn-agent run` process of its own), the same-version reference and the
 // scale workload, in their shortest form, and checks what each records.
 func TestSmokeAgentModes(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("real bench run skipped in -short mode")
-	}
 	if _, err := exec.LookPath("wg"); err != nil {
 		t.Skip("needs wg (the reference is configured with it)")
 	}
-	dir := t.TempDir()
 	o := Options{
 		Samples: 1, Duration: time.Second, Omit: 0,
 		Modes:     []Mode{ModeTunnel, ModePolicy, ModeUnbounded, ModeReference},
@@ -141,22 +147,8 @@ func TestSmokeAgentModes(t *testing.T) {
 		// unbounded agent's tunnel: its MTU.
 		UnboundedFragment: `{"wireguard":{"mtu":1380}}`,
 		Backend:           config.BackendUserspace, Shaping: "off",
-		Out: filepath.Join(dir, "benchmark.json"), SVG: filepath.Join(dir, "benchmark.svg"),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	start := time.Now()
-	res, err := Run(ctx, o)
-	if err != nil {
-		t.Fatalf("bench: %v", err)
-	}
-	t.Logf("agent modes and scale smoke: %.1f s", time.Since(start).Seconds())
-	if err := WriteResult(res, o.Out, o.SVG); err != nil {
-		t.Fatal(err)
-	}
-	if left, _ := filepath.Glob(filepath.Join(names.NetnsDir, res.Topology.ID+"*")); len(left) > 0 {
-		t.Errorf("namespaces left behind: %v", left)
-	}
+	res := runSmoke(t, &o, 60*time.Second)
 	if len(res.Agents) != 2 {
 		t.Fatalf("agents: %+v", res.Agents)
 	}
@@ -264,29 +256,18 @@ func BenchmarkEngineUpDown(b *testing.B) {
 // test). It checks that the agent failed over to the second server and
 // that nothing is left over.
 func TestSmokeFailover(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("real bench run skipped in -short mode")
-	}
-	dir := t.TempDir()
 	o := Options{
 		Samples: 1, Duration: time.Second, Omit: 0, Modes: []Mode{ModeTunnel},
 		Workloads: []string{FailoverWorkload}, FailoverSamples: 1,
 		FailoverScenarios: []string{FOProbe}, FailoverProbe: time.Second,
 		Backend: config.BackendUserspace, Shaping: "off",
-		Out: filepath.Join(dir, "benchmark.json"), SVG: filepath.Join(dir, "benchmark.svg"),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := Run(ctx, o)
-	if err != nil {
-		t.Fatalf("bench: %v", err)
-	}
+	res := runSmoke(t, &o, 60*time.Second)
 	f := res.Failover
 	if f == nil || len(f.Scenarios) != 1 || f.Topology == "" {
 		t.Fatalf("failover: %+v", f)
 	}
-	for _, id := range []string{res.Topology.ID, f.Topology} {
+	for _, id := range []string{f.Topology} {
 		if left, _ := filepath.Glob(filepath.Join(names.NetnsDir, id+"*")); len(left) > 0 {
 			t.Errorf("namespaces left behind: %v", left)
 		}

@@ -12,13 +12,19 @@ type metric struct {
 	paired     bool // compared between modes round by round
 }
 
-func iperfM(name, unit string, paired bool, f func(*IperfResult) float64) metric {
+// fieldM reads a metric from one part of a sample (absent: no value).
+func fieldM[T any](name, unit string, paired bool, part func(*Sample) *T, f func(*T) float64) metric {
 	return metric{name, unit, func(s *Sample) (float64, bool) {
-		if s.Iperf == nil {
+		p := part(s)
+		if p == nil {
 			return 0, false
 		}
-		return f(s.Iperf), true
+		return f(p), true
 	}, paired}
+}
+
+func iperfM(name, unit string, paired bool, f func(*IperfResult) float64) metric {
+	return fieldM(name, unit, paired, func(s *Sample) *IperfResult { return s.Iperf }, f)
 }
 
 func cpuM(name string, paired bool, f func(*CPU) float64) metric {
@@ -41,12 +47,7 @@ func latM(name string, paired bool, pick func(*Sample) *Latency, f func(*Latency
 }
 
 func rrM(name, unit string, paired bool, f func(*RRResult) float64) metric {
-	return metric{name, unit, func(s *Sample) (float64, bool) {
-		if s.RR == nil {
-			return 0, false
-		}
-		return f(s.RR), true
-	}, paired}
+	return fieldM(name, unit, paired, func(s *Sample) *RRResult { return s.RR }, f)
 }
 
 var (
