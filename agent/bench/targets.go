@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -135,6 +136,12 @@ func notes(res *Result) []string {
 	}
 	if res.Failover != nil {
 		n = append(n, "Failover: times from the death of the active server (its WireGuard UDP dropped) on a local pool of two userspace providers; they are set by the agent's timers (WireGuard's, the probe's, the 1 s check interval), not by throughput, so the machine's load moves them little. Resolution: state polled every 50 ms; the traffic stream's echoes take up to 250 ms each, one per 100 ms. Only the traffic scenario's stream and the probe are traffic: a real service's traffic pattern changes when WireGuard's timers fire.")
+	}
+	for _, a := range res.Agents {
+		if slices.Contains(a.Args, "--check-interval") {
+			n = append(n, "The agents of the throughput modes ran with --check-interval 1h (a vpn-agent run flag): the bench removes the kill switch for tunnel and the references, and the watchdog would put it back within a second; the scale workload's agents run with the default interval (1 s).")
+			break
+		}
 	}
 	if len(res.Agents) > 0 {
 		n = append(n, "Peak RSS per sample is the data plane's VmHWM after a reset to its current RSS at the sample's start (dataplaneRssStartKiB): Go gives memory back to the kernel slowly, so a sample's peak includes what earlier workloads left resident; the run's largest peak is the process's peak under the heaviest load, the per-workload figures depend on the order.")
