@@ -38,6 +38,9 @@ type Scale struct {
 	IdleRSSKiB []int64 `json:"idleRssKiB"`
 	IdleRSS    Dist    `json:"idleRssMiB"`
 	PeerRSSKiB int64   `json:"peerRssKiB,omitempty"`
+	// IdleCPU is the CPU all N idle agents used together (their
+	// watchdogs' checks, once a second each), in CPUs.
+	IdleCPU float64 `json:"idleCpu"`
 	// StatusMs: `vpn-agent status --json` naming every namespace, as its
 	// own process, repeated; StatusExit its last exit code (0: all healthy).
 	StatusMs   []float64 `json:"statusAllMs"`

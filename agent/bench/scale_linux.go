@@ -27,12 +27,14 @@ const (
 	scalePort     = peerPort + 1
 	scalePeerAddr = "198.18.64.1" // its tunnel address; namespace i gets 198.18.64.2+i
 	scaleStatuses = 5             // `status` of all, repeated
+	// scaleIdleWindow is how long the idle agents' CPU is summed.
+	scaleIdleWindow = 3 * time.Second
 )
 
 const scaleMethod = "N namespaces brought up one after another, each by its own `vpn-agent run --config` process " +
 	"(default check interval) in the simulated host's namespace, against one local provider with a peer per namespace. " +
 	"up: process start to READY=1 on a private NOTIFY_SOCKET, as systemd times it. Then a ping through every tunnel " +
-	"(handshakes), a second's rest, each agent's VmRSS (idle), `vpn-agent status --json` naming all N, as its own " +
+	"(handshakes), a second's rest, each agent's VmRSS (idle), their CPU together over 3 s (idle), `vpn-agent status --json` naming all N, as its own " +
 	"process, repeated; then SIGTERM to each agent in reverse order, timed to its exit (teardown and the kernel's " +
 	"removal of the tunnel link done)."
 
@@ -119,6 +121,7 @@ func (r *runner) scale(ctx context.Context) (*Scale, error) {
 	if peer.pid > 0 {
 		sc.PeerRSSKiB = vmRSS(peer.pid)
 	}
+	sc.IdleCPU = idleCPU(agents, scaleIdleWindow)
 	for range scaleStatuses {
 		d, code, out, err := runAgentCmd(r.agentBin, t.U, append([]string{"status", "--json"}, nsNames...)...)
 		if err != nil {
@@ -142,6 +145,25 @@ func (r *runner) scale(ctx context.Context) (*Scale, error) {
 	sc.summarize()
 	fmt.Fprintf(o.Progress, "[scale] down %s ms each, %.0f ms for all\n", fmtDist(sc.Down), sc.DownAllMs)
 	return sc, nil
+}
+
+// idleCPU is the CPU the agents used together during window, in CPUs
+// (CPU-seconds per second): their watchdogs' checks, with no traffic.
+func idleCPU(agents []*agentProc, window time.Duration) float64 {
+	var pids []int
+	for _, a := range agents {
+		pids = append(pids, a.pid())
+	}
+	before := takeCPU(pids...)
+	time.Sleep(window)
+	after := takeCPU(pids...)
+	sum := 0.0
+	for _, p := range pids {
+		if d := procDelta(before, after, p); d != nil {
+			sum += *d
+		}
+	}
+	return sum / after.at.Sub(before.at).Seconds()
 }
 
 // scalePeerConfig is the scale workload's provider: one peer per key.

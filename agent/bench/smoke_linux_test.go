@@ -198,6 +198,9 @@ func TestSmokeAgentModes(t *testing.T) {
 	if sc == nil || sc.Error != "" || len(sc.UpMs) != 3 || len(sc.DownMs) != 3 || sc.IdleRSS.N != 3 || sc.Status.N != scaleStatuses {
 		t.Fatalf("scale: %+v", sc)
 	}
+	if sc.IdleCPU <= 0 || sc.IdleCPU > 2 {
+		t.Errorf("scale: idle agents' CPU %v CPUs", sc.IdleCPU)
+	}
 	if sc.Healthy != 3 || sc.StatusExit != 0 {
 		t.Errorf("scale status: %d healthy, exit %d, problems %v", sc.Healthy, sc.StatusExit, sc.Problems)
 	}

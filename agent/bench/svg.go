@@ -409,8 +409,8 @@ func modeGroup(res *Result, modes []Mode, label, w, metric string, f float64) gr
 func (c *svg) scale(x, y, w, h float64, s *Scale) float64 {
 	c.text(x, y, 13, true, "#000", fmt.Sprintf("Scale: %d namespaces, each a vpn-agent run, brought up one after another against one peer", s.N))
 	y += 16
-	c.text(x, y, 12, false, "#444", fmt.Sprintf("status --json of all: %s ms; down each %s ms, all %.0f ms; first %d ups %s ms, last %d %s ms (×%.2f)",
-		num(s.Status.Median), num(s.Down.Median), s.DownAllMs, s.Window, num(s.First.Median), s.Window, num(s.Last.Median), s.Growth))
+	c.text(x, y, 12, false, "#444", fmt.Sprintf("status --json of all: %s ms; down each %s ms, all %.0f ms; first %d ups %s ms, last %d %s ms (×%.2f); idle agents' CPU together %.2f CPUs",
+		num(s.Status.Median), num(s.Down.Median), s.DownAllMs, s.Window, num(s.First.Median), s.Window, num(s.Last.Median), s.Growth, s.IdleCPU))
 	y += 12
 	half := (w - 20) / 2
 	up := make([]float64, len(s.UpMs))
