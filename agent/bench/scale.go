@@ -48,6 +48,10 @@ type Scale struct {
 	StatusExit int       `json:"statusExit"`
 	Healthy    int       `json:"statusHealthy"`
 	Problems   []string  `json:"statusProblems,omitempty"` // of the unhealthy, each once
+	// StatusOneMs: `vpn-agent status --json` of the first namespace
+	// alone, repeated: the fixed cost (process start) plus one.
+	StatusOneMs []float64 `json:"statusOneMs"`
+	StatusOne   Dist      `json:"statusOne"`
 	// DownMs is, per namespace in reverse start order, SIGTERM to the
 	// agent's exit (teardown done, tunnel link unregistered); DownAllMs
 	// the whole sequence.
@@ -72,6 +76,7 @@ func (s *Scale) summarize() {
 	}
 	s.IdleRSS = Summarize(mib)
 	s.Status = Summarize(s.StatusMs)
+	s.StatusOne = Summarize(s.StatusOneMs)
 	s.Down = Summarize(s.DownMs)
 }
 
@@ -93,7 +98,7 @@ func scaleTargets(s *Scale) []Target {
 		out = append(out, Target{
 			Name: "scale-status-all-ms", Value: s.Status.Median, Limit: fmt.Sprintf("<= %.0f ms", targetScaleStatus),
 			Met:    s.Status.Median <= targetScaleStatus && s.StatusExit == 0,
-			Detail: fmt.Sprintf("%s: vpn-agent status --json of all %d: %s ms, %d healthy, exit %d", at, s.N, fmtDist(s.Status), s.Healthy, s.StatusExit),
+			Detail: fmt.Sprintf("%s: vpn-agent status --json of all %d: %s ms, %d healthy, exit %d; of one: %s ms; the idle agents used %.2f CPUs together", at, s.N, fmtDist(s.Status), s.Healthy, s.StatusExit, fmtDist(s.StatusOne), s.IdleCPU),
 		})
 	}
 	if s.IdleRSS.N > 0 {

@@ -130,6 +130,13 @@ func (r *runner) scale(ctx context.Context) (*Scale, error) {
 		sc.StatusMs, sc.StatusExit = append(sc.StatusMs, ms(d)), code
 		sc.Healthy, sc.Problems = healthyIn(out)
 	}
+	for range scaleStatuses {
+		d, _, _, err := runAgentCmd(r.agentBin, t.U, "status", "--json", nsNames[0])
+		if err != nil {
+			return sc, fmt.Errorf("scale status %s: %w", nsNames[0], err)
+		}
+		sc.StatusOneMs = append(sc.StatusOneMs, ms(d))
+	}
 	sc.summarize()
 	fmt.Fprintf(o.Progress, "[scale] idle RSS %s MiB, status of all %s ms\n", fmtDist(sc.IdleRSS), fmtDist(sc.Status))
 	all := time.Now()
