@@ -50,7 +50,16 @@ func (c *svg) header(res *Result) float64 {
 		fmt.Sprintf("%s, %d CPUs, kernel %s, %s backend, tunnel MTU %d, n=%d per mode and workload, %s", h.CPUModel, h.CPUs, h.Kernel, h.Backend, st.TunnelMTU, st.Samples, res.Started.Format("2006-01-02")),
 	}
 	if b.Agent != nil {
-		lines = append(lines, "tunnel, tunnel+policy, agent-unbounded: vpn-agent run as its own process, embedded wireguard-go module "+b.EmbeddedWireGuard)
+		var am []string
+		for _, m := range st.Modes {
+			if isAgentMode(m) {
+				am = append(am, string(m))
+			}
+		}
+		if am == nil {
+			am = []string{"the agents"}
+		}
+		lines = append(lines, strings.Join(am, ", ")+": vpn-agent run as its own process, embedded wireguard-go module "+b.EmbeddedWireGuard)
 	}
 	if b.Reference != nil {
 		lines = append(lines, "reference: stock "+b.Reference.Label()+", the same module version")
