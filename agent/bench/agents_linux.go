@@ -102,6 +102,6 @@ func (r *runner) idleRSS() {
 	time.Sleep(time.Second)
 	for i := range r.res.Agents {
 		a := &r.res.Agents[i]
-		a.IdleRSSKiB, a.IdleHWMKiB = vmRSS(a.PID), vmHWM(a.PID)
+		a.IdleRSSKiB, a.IdleAnonKiB, a.IdlePSSKiB, a.IdleHWMKiB = vmRSS(a.PID), rssAnon(a.PID), pss(a.PID), vmHWM(a.PID)
 	}
 }

@@ -98,9 +98,23 @@ func vmHWM(pid int) int64 { return procStatusKiB(pid, "VmHWM:") }
 // vmRSS returns a process's resident set size in KiB (0 if unknown).
 func vmRSS(pid int) int64 { return procStatusKiB(pid, "VmRSS:") }
 
+// rssAnon returns the anonymous part of a process's resident set in KiB
+// (heap, stacks; the rest is mostly the binary's pages, RssFile).
+func rssAnon(pid int) int64 { return procStatusKiB(pid, "RssAnon:") }
+
+// pss returns a process's proportional set size in KiB: its resident
+// pages, each shared page divided by the processes sharing it (what N
+// agents of one binary cost together, divided by N).
+func pss(pid int) int64 { return procFileKiB(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:") }
+
 // procStatusKiB reads one "kB" field of /proc/<pid>/status.
 func procStatusKiB(pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return procFileKiB(fmt.Sprintf("/proc/%d/status", pid), field)
+}
+
+// procFileKiB reads one "kB" field of a /proc file.
+func procFileKiB(path, field string) int64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}

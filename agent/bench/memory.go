@@ -74,7 +74,7 @@ func memoryTargets(res *Result) []Target {
 		v := float64(a.IdleRSSKiB) / 1024
 		out = append(out, Target{
 			Name: "agent-idle-rss-mib", Value: v, Limit: fmt.Sprintf("<= %.0f MiB", targetIdleRSSMiB), Met: v <= targetIdleRSSMiB,
-			Detail: fmt.Sprintf("VmRSS of vpn-agent run after its handshake, before any workload (its peak until then %.1f MiB)", float64(a.IdleHWMKiB)/1024),
+			Detail: fmt.Sprintf("VmRSS of vpn-agent run after its handshake, before any workload: %.1f MiB anonymous (heap, stacks), the rest mostly the binary's pages (PSS %.1f MiB); its peak until then %.1f MiB", float64(a.IdleAnonKiB)/1024, float64(a.IdlePSSKiB)/1024, float64(a.IdleHWMKiB)/1024),
 		})
 	}
 	return out

@@ -84,8 +84,10 @@ type AgentRun struct {
 	Fragment string  `json:"configFragment,omitempty"`
 	ReadyMs  float64 `json:"readyMs"` // process start to READY=1
 	// Idle: after the handshake, before any workload.
-	IdleRSSKiB int64 `json:"idleRssKiB"`
-	IdleHWMKiB int64 `json:"idleVmHWMKiB"`
+	IdleRSSKiB  int64 `json:"idleRssKiB"`
+	IdleAnonKiB int64 `json:"idleRssAnonKiB"` // of it anonymous (heap, stacks); the rest is mostly the binary's pages
+	IdlePSSKiB  int64 `json:"idlePssKiB"`     // proportional set size: shared pages divided among their sharers
+	IdleHWMKiB  int64 `json:"idleVmHWMKiB"`
 }
 
 // Settings are the run parameters after profile defaults.

@@ -35,8 +35,14 @@ type Scale struct {
 	HandshakeSec float64 `json:"handshakeSec"`
 	// IdleRSSKiB is each agent's resident set with every namespace up and
 	// its handshake done (a second after the last handshake).
-	IdleRSSKiB []int64 `json:"idleRssKiB"`
-	IdleRSS    Dist    `json:"idleRssMiB"`
+	IdleRSSKiB  []int64 `json:"idleRssKiB"`
+	IdleRSS     Dist    `json:"idleRssMiB"`
+	IdleAnonKiB []int64 `json:"idleRssAnonKiB"` // of it anonymous (heap, stacks)
+	IdleAnon    Dist    `json:"idleRssAnonMiB"`
+	// IdlePSSKiB is each agent's proportional set size: the pages of the
+	// one binary all N share are divided among them.
+	IdlePSSKiB []int64 `json:"idlePssKiB"`
+	IdlePSS    Dist    `json:"idlePssMiB"`
 	PeerRSSKiB int64   `json:"peerRssKiB,omitempty"`
 	// IdleCPU is the CPU all N idle agents used together (their
 	// watchdogs' checks, once a second each), in CPUs.
@@ -75,6 +81,16 @@ func (s *Scale) summarize() {
 		mib = append(mib, float64(k)/1024)
 	}
 	s.IdleRSS = Summarize(mib)
+	mib = mib[:0]
+	for _, k := range s.IdleAnonKiB {
+		mib = append(mib, float64(k)/1024)
+	}
+	s.IdleAnon = Summarize(mib)
+	mib = mib[:0]
+	for _, k := range s.IdlePSSKiB {
+		mib = append(mib, float64(k)/1024)
+	}
+	s.IdlePSS = Summarize(mib)
 	s.Status = Summarize(s.StatusMs)
 	s.StatusOne = Summarize(s.StatusOneMs)
 	s.Down = Summarize(s.DownMs)
@@ -105,7 +121,14 @@ func scaleTargets(s *Scale) []Target {
 		out = append(out, Target{
 			Name: "scale-idle-rss-mib", Value: s.IdleRSS.Max, Limit: fmt.Sprintf("<= %.0f MiB per agent", targetIdleRSSMiB),
 			Met:    s.IdleRSS.Max <= targetIdleRSSMiB,
-			Detail: fmt.Sprintf("%s: idle VmRSS per agent %s MiB (value: the largest)", at, fmtDist(s.IdleRSS)),
+			Detail: fmt.Sprintf("%s: idle VmRSS per agent %s MiB (value: the largest), of it anonymous %s MiB; the rest is mostly the binary's pages, which the agents share", at, fmtDist(s.IdleRSS), fmtDist(s.IdleAnon)),
+		})
+	}
+	if s.IdlePSS.N > 0 {
+		out = append(out, Target{
+			Name: "scale-idle-pss-mib", Value: s.IdlePSS.Max, Limit: fmt.Sprintf("<= %.0f MiB per agent", targetIdleRSSMiB),
+			Met:    s.IdlePSS.Max <= targetIdleRSSMiB,
+			Detail: fmt.Sprintf("%s: idle proportional set size per agent %s MiB (value: the largest): what the %d agents take together, divided among them (shared pages split between their sharers)", at, fmtDist(s.IdlePSS), s.N),
 		})
 	}
 	return out

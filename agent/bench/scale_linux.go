@@ -117,6 +117,8 @@ func (r *runner) scale(ctx context.Context) (*Scale, error) {
 	time.Sleep(time.Second)
 	for _, a := range agents {
 		sc.IdleRSSKiB = append(sc.IdleRSSKiB, vmRSS(a.pid()))
+		sc.IdleAnonKiB = append(sc.IdleAnonKiB, rssAnon(a.pid()))
+		sc.IdlePSSKiB = append(sc.IdlePSSKiB, pss(a.pid()))
 	}
 	if peer.pid > 0 {
 		sc.PeerRSSKiB = vmRSS(peer.pid)

@@ -198,13 +198,17 @@ func TestSmokeAgentModes(t *testing.T) {
 	if sc == nil || sc.Error != "" || len(sc.UpMs) != 3 || len(sc.DownMs) != 3 || sc.IdleRSS.N != 3 || sc.Status.N != scaleStatuses {
 		t.Fatalf("scale: %+v", sc)
 	}
+	// Shared pages make an agent's PSS smaller than its RSS, never larger.
+	if sc.IdlePSS.N != 3 || sc.IdleAnon.N != 3 || sc.IdlePSS.Max > sc.IdleRSS.Max || sc.IdleAnon.Max > sc.IdleRSS.Max {
+		t.Errorf("scale idle memory: rss %+v anon %+v pss %+v", sc.IdleRSS, sc.IdleAnon, sc.IdlePSS)
+	}
 	if sc.IdleCPU <= 0 || sc.IdleCPU > 2 {
 		t.Errorf("scale: idle agents' CPU %v CPUs", sc.IdleCPU)
 	}
 	if sc.Healthy != 3 || sc.StatusExit != 0 {
 		t.Errorf("scale status: %d healthy, exit %d, problems %v", sc.Healthy, sc.StatusExit, sc.Problems)
 	}
-	for _, n := range []string{"agent-peak-rss-mib", "agent-idle-rss-mib", "agent-throughput-vs-unbounded/tcp1-up", "embedded-vs-stock/tcp1-up", "scale-up-growth", "scale-status-all-ms", "scale-idle-rss-mib"} {
+	for _, n := range []string{"agent-peak-rss-mib", "agent-idle-rss-mib", "agent-throughput-vs-unbounded/tcp1-up", "embedded-vs-stock/tcp1-up", "scale-up-growth", "scale-status-all-ms", "scale-idle-rss-mib", "scale-idle-pss-mib"} {
 		if _, ok := targetByName(res.Targets, n); !ok {
 			t.Errorf("no target %s", n)
 		}

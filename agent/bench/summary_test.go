@@ -165,7 +165,7 @@ func TestChartShowsRatiosVersionsAndScale(t *testing.T) {
 	res.Scale = &Scale{N: 4, UpMs: []float64{10, 11, 12, 13}, IdleRSSKiB: []int64{9000, 9100, 9200, 9300}, StatusMs: []float64{50}, DownMs: []float64{20}}
 	res.Scale.summarize()
 	svg := Chart(res)
-	for _, want := range []string{"relative to tunnel", "tunnel = 1", "tunnel 2000 Mbit/s", "direct 9000", "wireguard-go v0.0.20250522, same module", "Peak RSS", "Scale: 4 namespaces", "idle RSS per agent"} {
+	for _, want := range []string{"relative to tunnel", "tunnel = 1", "tunnel 2000 Mbit/s", "direct 9000", "wireguard-go v0.0.20250522, same module", "Peak RSS", "Scale: 4 namespaces", "idle memory per agent"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("chart lacks %q", want)
 		}

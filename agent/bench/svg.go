@@ -422,45 +422,67 @@ func (c *svg) scale(x, y, w, h float64, s *Scale) float64 {
 		num(s.Status.Median), num(s.Down.Median), s.DownAllMs, s.Window, num(s.First.Median), s.Window, num(s.Last.Median), s.Growth, s.IdleCPU))
 	y += 12
 	half := (w - 20) / 2
-	up := make([]float64, len(s.UpMs))
-	copy(up, s.UpMs)
-	rss := make([]float64, len(s.IdleRSSKiB))
-	for i, k := range s.IdleRSSKiB {
-		rss[i] = float64(k) / 1024
+	mib := func(ks []int64) []float64 {
+		out := make([]float64, len(ks))
+		for i, k := range ks {
+			out[i] = float64(k) / 1024
+		}
+		return out
 	}
-	b1 := c.line(x, y, half, h-28, "up (start to READY=1), ms", up, 0, modeColor(ModePolicy))
-	b2 := c.line(x+half+20, y, half, h-28, "idle RSS per agent, MiB (dashed: 10 MiB target)", rss, targetIdleRSSMiB, modeColor(ModeUnbounded))
+	b1 := c.line(x, y, half, h-28, "up (start to READY=1), ms", []curve{{"up", modeColor(ModePolicy), s.UpMs}}, 0)
+	b2 := c.line(x+half+20, y, half, h-28, "idle memory per agent, MiB (dashed: 10 MiB target)", []curve{
+		{"RSS", modeColor(ModeUnbounded), mib(s.IdleRSSKiB)},
+		{"PSS (shared pages split)", modeColor(ModeReference), mib(s.IdlePSSKiB)},
+		{"anonymous", modeColor(ModeDirect), mib(s.IdleAnonKiB)},
+	}, targetIdleRSSMiB)
 	return max(b1, b2)
 }
 
-// line draws values against their index (1..n) with an optional dashed
-// limit and returns its bottom y.
-func (c *svg) line(x, y, w, h float64, title string, vals []float64, limit float64, color string) float64 {
+// curve is one line of a line chart: values against their index.
+type curve struct {
+	name, color string
+	vals        []float64
+}
+
+// line draws curves (values against their index, 1..n) with an optional
+// dashed limit and returns its bottom y.
+func (c *svg) line(x, y, w, h float64, title string, curves []curve, limit float64) float64 {
 	c.text(x+70, y+14, 12, true, "#000", title)
 	top, left := y+24, x+70
-	plotW, plotH := w-80, h-60
-	hi := limit * 1.1
-	for _, v := range vals {
-		hi = math.Max(hi, v)
+	if len(curves) > 1 {
+		var ser []series
+		for _, cv := range curves {
+			ser = append(ser, series{cv.name, cv.color})
+		}
+		top = c.legend(left, y+20, w-80, ser) + 4
+	}
+	plotW, plotH := w-80, h-60-(top-y-24)
+	hi, n := limit*1.1, 0
+	for _, cv := range curves {
+		for _, v := range cv.vals {
+			hi = math.Max(hi, v)
+		}
+		n = max(n, len(cv.vals))
 	}
 	step, _, to := axis(0, hi, 4)
 	yOf := c.grid(left, top, plotW, plotH, 0, to, step, "")
 	if limit > 0 {
 		c.dashed(left, yOf(limit), plotW)
 	}
-	n := len(vals)
 	xOf := func(i int) float64 {
 		if n <= 1 {
 			return left + plotW/2
 		}
 		return left + plotW*float64(i)/float64(n-1)
 	}
-	var pts []string
-	for i, v := range vals {
-		pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(i), yOf(v)))
-		fmt.Fprintf(&c.b, `<circle cx="%.1f" cy="%.1f" r="2" fill="%s"><title>#%d: %s</title></circle>`+"\n", xOf(i), yOf(v), color, i+1, num(v))
+	for _, cv := range curves {
+		var pts []string
+		for i, v := range cv.vals {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(i), yOf(v)))
+			fmt.Fprintf(&c.b, `<circle cx="%.1f" cy="%.1f" r="2" fill="%s"><title>%s #%d: %s</title></circle>`+"\n", xOf(i), yOf(v), cv.color, esc(cv.name), i+1, num(v))
+		}
+		fmt.Fprintf(&c.b, `<polyline points="%s" fill="none" stroke="%s"/>`+"\n", strings.Join(pts, " "), cv.color)
 	}
-	fmt.Fprintf(&c.b, `<polyline points="%s" fill="none" stroke="%s"/>`+"\n", strings.Join(pts, " "), color)
 	fmt.Fprintf(&c.b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, top+plotH, left+plotW, top+plotH)
 	for _, i := range []int{0, n / 2, n - 1} {
 		if i >= 0 && i < n {
