@@ -10,7 +10,7 @@ import (
 // progressLine is one line of terminal progress for a finished sample.
 func progressLine(done, total int, s *Sample) string {
 	b := &strings.Builder{}
-	fmt.Fprintf(b, "[%3d/%d] %-22s %-13s r%d ", done, total, s.Workload, s.Mode, s.Round+1)
+	fmt.Fprintf(b, "[%3d/%d] %-22s %-16s r%d ", done, total, s.Workload, s.Mode, s.Round+1)
 	switch {
 	case s.Error != "":
 		fmt.Fprintf(b, "ERROR %s", s.Error)
