@@ -5,8 +5,11 @@ import (
 	"time"
 )
 
-// SchemaVersion identifies the benchmark.json layout.
-const SchemaVersion = "vpn-confinement.bench/1"
+// SchemaVersion identifies the benchmark.json layout. 2: the agent
+// modes' data plane is a vpn-agent process (cpu.agentSec and
+// agentVmHWMKiB are its; the bench's own are benchSec and
+// benchVmHWMKiB), binaries, agents and scale were added.
+const SchemaVersion = "vpn-confinement.bench/2"
 
 // Result is benchmark.json.
 type Result struct {
