@@ -29,9 +29,17 @@ buildGoModule {
     fileset = import ./source.nix { inherit lib; };
   };
 
-  vendorHash = "sha256-nMa2cNgi5SAFo82Dcp0jQ/APt8f+ee6G/cUzAunm2v8=";
+  vendorHash = "sha256-q3oTe7nR4cfXMLbX0t5w2xC4IV3nkJRIO2ABBssJpu0=";
 
   subPackages = [ "agent/cmd/${program}" ];
+
+  # vpn-bench's reference mode: stock wireguard-go of exactly the module
+  # version the agent embeds (go.mod's `tool golang.zx2c4.com/wireguard`
+  # puts its main package into the vendored module set), next to vpn-bench,
+  # where the bench looks for it (agent/bench/binaries_linux.go).
+  postBuild = lib.optionalString (program == "vpn-bench") ''
+    go build -o "$GOPATH/bin/vpn-bench-wireguard-go" golang.zx2c4.com/wireguard
+  '';
 
   # A static binary: the agent only talks netlink and reads files (the
   # bench runs iperf3, ip, nft, wg and tc from PATH).

@@ -10,7 +10,10 @@ const (
 	tunnelPeer    = "198.18.1.1" // provider's tunnel address: tunnel-mode server
 	tunnelAgent   = "198.18.1.2" // the agent's tunnel address
 	tunnelRef     = "198.18.1.3" // the reference tunnel's address
+	tunnelUnb     = "198.18.1.4" // the unbounded agent's tunnel address (ModeUnbounded)
+	tunnelSysRef  = "198.18.1.5" // the system reference tunnel's address
 	refServer     = "198.18.2.1" // provider address reached only through the reference tunnel
+	sysRefServer  = "198.18.2.2" // ... only through the system reference tunnel
 	iperfPort     = 5201
 	rrPort        = 7001
 )
@@ -22,6 +25,8 @@ func target(m Mode) string {
 		return underlayPeer
 	case ModeReference:
 		return refServer
+	case ModeSystemRef:
+		return sysRefServer
 	}
 	return tunnelPeer
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "vpn-bench: unexpected argument %q\n", f.fs.Arg(0))
 		return ExitBadInput
 	}
+	if *f.from != "" {
+		return rerender(*f.from, *f.svgPath, stdout, stderr)
+	}
 	o, err := f.options(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "vpn-bench: %v\n", err)
@@ -44,6 +48,7 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 		Profile: *f.profile, Backend: config.Backend(*f.backend), Samples: *f.samples,
 		Omit: time.Duration(*f.omit) * time.Second, Out: *f.outPath, SVG: *f.svgPath,
 		UpDownCycles: *f.cycles, FailoverSamples: *f.foSamples, Shaping: *f.shaping, Pace: *f.pace, Progress: stderr,
+		ScaleN: *f.scale, AgentBin: *f.agentBin, ReferenceBin: *f.refBin, UnboundedFragment: *f.unbounded,
 		Log: newLogger(stderr, *f.level, *f.format),
 	}
 	var err error
@@ -75,6 +80,34 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 		o.SVG = DefaultSVGPath(o.Out)
 	}
 	return o, nil
+}
+
+// rerender reads a stored result, recomputes what is derived from its
+// samples (summary, pairs, targets, notes are kept), prints the summary
+// and writes the chart.
+func rerender(path, svgPath string, stdout, stderr io.Writer) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	var res Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		return fail(stderr, fmt.Errorf("%s: %w", path, err))
+	}
+	res.Summary, res.Paired = BuildSummary(res.Samples, res.Settings.Modes)
+	if res.Scale != nil {
+		res.Scale.summarize()
+	}
+	res.Targets = Targets(&res)
+	if svgPath == "" {
+		svgPath = DefaultSVGPath(path)
+	}
+	if err := WriteFile(svgPath, []byte(Chart(&res))); err != nil {
+		return fail(stderr, err)
+	}
+	PrintSummary(stdout, &res)
+	fmt.Fprintf(stdout, "\nwrote %s\n", svgPath)
+	return ExitOK
 }
 
 // run measures, writes the results and prints the summary.

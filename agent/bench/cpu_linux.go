@@ -93,13 +93,33 @@ func selfCPU() time.Duration {
 }
 
 // vmHWM returns a process's peak resident set size in KiB (0 if unknown).
-func vmHWM(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func vmHWM(pid int) int64 { return procStatusKiB(pid, "VmHWM:") }
+
+// vmRSS returns a process's resident set size in KiB (0 if unknown).
+func vmRSS(pid int) int64 { return procStatusKiB(pid, "VmRSS:") }
+
+// rssAnon returns the anonymous part of a process's resident set in KiB
+// (heap, stacks; the rest is mostly the binary's pages, RssFile).
+func rssAnon(pid int) int64 { return procStatusKiB(pid, "RssAnon:") }
+
+// pss returns a process's proportional set size in KiB: its resident
+// pages, each shared page divided by the processes sharing it (what N
+// agents of one binary cost together, divided by N).
+func pss(pid int) int64 { return procFileKiB(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:") }
+
+// procStatusKiB reads one "kB" field of /proc/<pid>/status.
+func procStatusKiB(pid int, field string) int64 {
+	return procFileKiB(fmt.Sprintf("/proc/%d/status", pid), field)
+}
+
+// procFileKiB reads one "kB" field of a /proc file.
+func procFileKiB(path, field string) int64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return n
 		}

@@ -14,23 +14,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/cli"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
-
-// RoleAgent is `vpn-agent` itself: the bench re-executes itself as the
-// agent's command line (agent/cli, the code of the vpn-agent binary), so
-// the failover workload runs `vpn-agent run` as its own process, as users
-// run it, without looking for a binary.
-const RoleAgent = "agent"
-
-func runAgentRole() int { return cli.Main(os.Args[1:]) }
 
 // Failover timing parameters.
 const (
@@ -63,6 +53,7 @@ type foLab struct {
 	fileB      string
 	name       string // the agent's namespace
 	backend    config.Backend
+	agent      *Binary
 	log        *slog.Logger
 	probeEvery time.Duration
 }
@@ -72,10 +63,10 @@ type foLab struct {
 func (r *runner) failover(ctx context.Context) (*Failover, error) {
 	o := r.o
 	f := &Failover{
-		Agent:  "vpn-agent run as its own process (vpn-bench re-executed as the agent's CLI), " + string(r.backend) + " backend",
+		Agent:  "vpn-agent run as its own process (" + r.agentBin.Path + ": " + r.agentBin.Source + "), " + string(r.backend) + " backend",
 		Method: foMethod,
 	}
-	lab, err := newFOLab(r.t.Dir, r.backend, o.FailoverProbe, o.Log)
+	lab, err := newFOLab(r.t.Dir, r.backend, r.agentBin, o.FailoverProbe, o.Log)
 	if err != nil {
 		f.Skipped = "could not build the pool: " + err.Error()
 		return f, fmt.Errorf("failover: %w", err)
@@ -114,12 +105,12 @@ func (r *runner) failover(ctx context.Context) (*Failover, error) {
 	return f, nil
 }
 
-func newFOLab(parent string, backend config.Backend, probe time.Duration, log *slog.Logger) (l *foLab, err error) {
+func newFOLab(parent string, backend config.Backend, agent *Binary, probe time.Duration, log *slog.Logger) (l *foLab, err error) {
 	tp, err := testbed.BuildTopology()
 	if err != nil {
 		return nil, err
 	}
-	l = &foLab{tp: tp, backend: backend, log: log, probeEvery: probe, name: tp.Name(testbed.RoleConfined)}
+	l = &foLab{tp: tp, backend: backend, agent: agent, log: log, probeEvery: probe, name: tp.Name(testbed.RoleConfined)}
 	defer func() {
 		if err != nil {
 			l.close()
@@ -204,65 +195,6 @@ func (l *foLab) config(sc *FOScenario) (string, error) {
 		return "", fmt.Errorf("the agent rejects the bench's failover config: %w", err)
 	}
 	return path, nil
-}
-
-// agentProc is a running `vpn-agent run`.
-type agentProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-	log  string
-}
-
-func (l *foLab) startAgent(cfg, logPath string) (*agentProc, error) {
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd := exec.Command("/proc/self/exe", "run", "--config", cfg)
-	cmd.Env = append(os.Environ(), RoleEnv+"="+RoleAgent)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := testbed.Start(l.tp.Host, cmd); err != nil {
-		return nil, err
-	}
-	a := &agentProc{cmd: cmd, done: make(chan struct{}), log: logPath}
-	go func() { a.err = cmd.Wait(); close(a.done) }()
-	return a, nil
-}
-
-// stop sends SIGTERM (the agent tears its namespace down) and waits;
-// after 15 s it kills the process, and reports that.
-func (a *agentProc) stop() error {
-	select {
-	case <-a.done:
-		return fmt.Errorf("vpn-agent run exited early: %v: %s", a.err, a.tail())
-	default:
-	}
-	a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.done:
-		if a.err != nil {
-			return fmt.Errorf("vpn-agent run: %v: %s", a.err, a.tail())
-		}
-		return nil
-	case <-time.After(15 * time.Second):
-		a.cmd.Process.Kill()
-		<-a.done
-		return errors.New("vpn-agent run did not stop within 15s of SIGTERM; killed")
-	}
-}
-
-// tail is the end of the agent's log, for errors.
-func (a *agentProc) tail() string { return a.tailN(300) }
-
-func (a *agentProc) tailN(n int) string {
-	b, _ := os.ReadFile(a.log)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(bytes.TrimSpace(b))
 }
 
 // poolEcho is one TCP echo from th to the pool's echo address.
@@ -361,7 +293,7 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 	if err := l.startProviders(); err != nil {
 		return s, err
 	}
-	ag, err := l.startAgent(cfg, filepath.Join(l.dir, fmt.Sprintf("agent-%s-%d.log", sc.Name, round+1)))
+	ag, err := startAgent(l.agent, l.tp.Host, filepath.Join(l.dir, fmt.Sprintf("agent-%s-%d.log", sc.Name, round+1)), "", "--config", cfg)
 	if err != nil {
 		return s, err
 	}
@@ -375,7 +307,7 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 			th.Close()
 		}
 		l.tp.UnblockWG()
-		if err := ag.stop(); err != nil && fatal == nil {
+		if _, err := ag.stop(); err != nil && fatal == nil {
 			if s.Error == "" {
 				s.Error = err.Error()
 			}
@@ -396,12 +328,8 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 				break
 			}
 		}
-		select {
-		case <-ag.done:
-			return fail("vpn-agent run exited before it was up: %v: %s", ag.err, ag.tail())
-		case <-ctx.Done():
-			return fail("%v", ctx.Err())
-		case <-time.After(foPoll):
+		if err := ag.pause(ctx, foPoll, "before it was up"); err != nil {
+			return fail("%v", err)
 		}
 		if time.Now().After(deadline) {
 			return fail("the agent's namespace was not up within %v: %s", foReadyTimeout, ag.tail())
@@ -471,12 +399,8 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 				return s, nil
 			}
 		}
-		select {
-		case <-ag.done:
-			return fail("vpn-agent run exited during the failover: %v: %s", ag.err, ag.tail())
-		case <-ctx.Done():
-			return fail("%v", ctx.Err())
-		case <-time.After(foPoll):
+		if err := ag.pause(ctx, foPoll, "during the failover"); err != nil {
+			return fail("%v", err)
 		}
 		if time.Since(t0) > window {
 			return fail("no failover within %v of the death (detected: %v): %s", window, isDetected(), ag.tail())

@@ -43,7 +43,8 @@ type cliFlags struct {
 	profile, backend, modes, duration          *string
 	outPath, svgPath, workloads, pace, shaping *string
 	foScenarios, foProbe                       *string
-	samples, omit, cycles, foSamples           *int
+	agentBin, refBin, unbounded, from          *string
+	samples, omit, cycles, foSamples, scale    *int
 }
 
 func newFlags() *cliFlags {
@@ -54,13 +55,18 @@ func newFlags() *cliFlags {
 		format:      fs.String("log-format", "text", "log format: text or json"),
 		profile:     fs.String("profile", "quick", "quick (3 samples x 3 s) or sustained (3 x 30 s, 32 TCP streams)"),
 		backend:     fs.String("backend", "auto", "WireGuard backend: auto, kernel or userspace"),
-		modes:       fs.String("modes", "", "comma-separated: direct,tunnel,tunnel+policy[,tunnel-again][,reference] (default: direct, tunnel, tunnel+policy and, when available, reference; tunnel-again measures tunnel twice, an A/A control)"),
+		modes:       fs.String("modes", "", "comma-separated: direct,tunnel,tunnel+policy[,tunnel-again][,agent-unbounded][,reference][,reference-system] (default: all but tunnel-again that can run here; tunnel-again measures tunnel twice, an A/A control)"),
+		agentBin:    fs.String("agent-bin", "", "the vpn-agent binary the tunnel modes run (default: vpn-agent next to vpn-bench, else on PATH, else vpn-bench itself as the agent)"),
+		refBin:      fs.String("reference-bin", "", "stock wireguard-go of the module version the agent embeds, for mode reference (default: "+ReferenceSibling+" next to vpn-bench, a same-version wireguard-go on PATH, or one built with go from this module)"),
+		unbounded:   fs.String("unbounded-config", DefaultUnbounded, "JSON object merged into the config of mode agent-unbounded's agent"),
+		scale:       fs.Int("scale", 0, "namespaces of the scale workload (default: quick 20, sustained 100)"),
+		from:        fs.String("from", "", "measure nothing: read this benchmark.json, recompute its summary and targets, print them and write the chart (--svg, default next to it)"),
 		samples:     fs.Int("samples", 0, "samples (rounds) per workload and mode (default: the profile's)"),
 		duration:    fs.String("duration", "", "measured seconds per sample, e.g. 3s or 3 (default: the profile's)"),
 		omit:        fs.Int("omit", -1, "iperf3 warm-up seconds omitted (-O) (default: the profile's)"),
 		outPath:     fs.String("out", "benchmark.json", "result JSON path"),
 		svgPath:     fs.String("svg", "", "chart path (default: the JSON path with .svg)"),
-		workloads:   fs.String("workloads", "", "comma-separated subset of workloads (e.g. tcp1-up,rr64,updown,failover); default all"),
+		workloads:   fs.String("workloads", "", "comma-separated subset of workloads (e.g. tcp1-up,rr64,updown,scale,failover); default all"),
 		cycles:      fs.Int("updown-cycles", 0, "up/down cycles per round and path (default 10)"),
 		pace:        fs.String("pace", "", "also run 1-stream TCP paced at this rate (iperf3 -b, e.g. 800M), below the ceiling, where CPU-seconds per GB compare the modes at equal throughput"),
 		foSamples:   fs.Int("failover-samples", 0, "failovers per failover scenario (default: quick 3, sustained 7)"),

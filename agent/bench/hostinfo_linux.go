@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,11 +28,6 @@ func hostInfo(o *Options) HostInfo {
 		h.KernelVersion = unix.ByteSliceToString(u.Version[:])
 	}
 	h.Iperf3Version = firstLine(exec.Command(o.Iperf3, "--version"))
-	if o.WireGuardGo != "" {
-		c := exec.Command(o.WireGuardGo, "--version")
-		c.Env = append(os.Environ(), stockEnv)
-		h.WireGuardGo = firstLine(c)
-	}
 	return h
 }
 
@@ -91,6 +87,13 @@ func settingsOf(o *Options) Settings {
 	if len(o.Workloads) == 0 || contains(o.Workloads, UpDownWorkload) {
 		s.Workloads = append(s.Workloads, UpDownWorkload)
 	}
+	if o.runsScale() {
+		s.Workloads = append(s.Workloads, ScaleWorkload)
+		s.ScaleN = o.ScaleN
+	}
+	if slices.Contains(o.Modes, ModeUnbounded) {
+		s.UnboundedConfig = o.UnboundedFragment
+	}
 	if o.runsFailover() {
 		s.Workloads = append(s.Workloads, FailoverWorkload)
 		s.FailoverSamples, s.FailoverProbeSec = o.FailoverSamples, o.FailoverProbe.Seconds()
@@ -117,11 +120,16 @@ func (r *runner) topology() Topology {
 		ClientNS:   map[Mode]string{},
 		Peer:       r.peer.kind,
 	}
+	if t.conf2 != nil {
+		tp.Namespaces["confined-unbounded"] = t.C2
+	}
 	for _, m := range r.o.Modes {
 		tp.Targets[m], tp.ClientNS[m] = target(m), t.nsOf(m)
 	}
-	for _, th := range []*testbed.Thread{t.under, t.prov, t.conf} {
-		tp.Interfaces = append(tp.Interfaces, interfaces(th)...)
+	for _, th := range []*testbed.Thread{t.under, t.prov, t.conf, t.conf2} {
+		if th != nil {
+			tp.Interfaces = append(tp.Interfaces, interfaces(th)...)
+		}
 	}
 	return tp
 }

@@ -18,7 +18,7 @@ import (
 type Options struct {
 	Profile  string         // "quick" (default) or "sustained"
 	Backend  config.Backend // auto (default), kernel, userspace
-	Modes    []Mode         // nil: direct, tunnel, tunnel+policy (+ reference if wireguard-go is on PATH)
+	Modes    []Mode         // nil: direct, tunnel, tunnel+policy, agent-unbounded, reference, reference-system (those that can run here)
 	Samples  int            // rounds per workload
 	Duration time.Duration  // measured seconds per sample
 	// Omit is the iperf3 warm-up (-O) before the measured seconds; -1 (or
@@ -40,6 +40,18 @@ type Options struct {
 	FailoverProbe time.Duration
 	Shaping       string // "auto": netem scenarios if available; "off"
 	MTU           int    // tunnel MTU
+	// ScaleN: namespaces of the scale workload (0: the profile's).
+	ScaleN int
+	// AgentBin is the vpn-agent binary the agent modes run ("": see
+	// findAgent). ReferenceBin is the same-version stock wireguard-go
+	// ("": see findReferences).
+	AgentBin, ReferenceBin string
+	// UnboundedFragment is the JSON object merged into the config of
+	// ModeUnbounded's agent ("": DefaultUnbounded).
+	UnboundedFragment string
+	// modesDefaulted: Modes came from the defaults, so a mode that
+	// cannot run here is skipped (with a note) rather than an error.
+	modesDefaulted bool
 
 	Out string // benchmark.json path
 	SVG string // chart path ("" : next to Out as benchmark.svg)
@@ -48,6 +60,7 @@ type Options struct {
 	Log      *slog.Logger // setup/teardown log (nil: slog.Default())
 
 	// Paths of external tools (resolved from PATH by Normalize).
+	// WireGuardGo is the shell baseline's (default: the reference).
 	Iperf3, WireGuardGo, WG, IP, NFT, TC string
 }
 
@@ -58,13 +71,18 @@ type profile struct {
 	omit     time.Duration
 	streams  []int
 	failover int // failovers per scenario
+	scale    int // namespaces of the scale workload
 }
+
+// DefaultUnbounded is ModeUnbounded's config fragment: the agent's
+// packet-buffer bound switched off (0: unbounded, as before the bound).
+const DefaultUnbounded = `{"memory":{"packetBuffers":0}}`
 
 var profiles = map[string]profile{
 	// quick matches .#vpn-benchmark: 3 samples of 3 s.
-	"quick": {3, 3 * time.Second, 1 * time.Second, []int{1, 4}, 3},
+	"quick": {3, 3 * time.Second, 1 * time.Second, []int{1, 4}, 3, 20},
 	// sustained matches .#vpn-benchmark-sustained: 30 s samples, 32 streams.
-	"sustained": {3, 30 * time.Second, 2 * time.Second, []int{1, 32}, 7},
+	"sustained": {3, 30 * time.Second, 2 * time.Second, []int{1, 32}, 7, 100},
 }
 
 // Normalize validates o, applies the profile's defaults and finds the
@@ -130,6 +148,15 @@ func (o *Options) Normalize() error {
 	if o.FailoverSamples < 1 || o.FailoverSamples > 100 {
 		return fmt.Errorf("--failover-samples: %d is out of range (1–100)", o.FailoverSamples)
 	}
+	if o.ScaleN == 0 {
+		o.ScaleN = p.scale
+	}
+	if o.ScaleN < 1 || o.ScaleN > 999 {
+		return fmt.Errorf("--scale: %d is out of range (1–999)", o.ScaleN)
+	}
+	if o.UnboundedFragment == "" {
+		o.UnboundedFragment = DefaultUnbounded
+	}
 	if o.FailoverProbe == 0 {
 		o.FailoverProbe = 2 * time.Second
 	}
@@ -174,22 +201,23 @@ func (o *Options) findTools() error {
 		}
 		*dst = p
 	}
-	for name, dst := range map[string]*string{"wireguard-go": &o.WireGuardGo, "wg": &o.WG, "tc": &o.TC} {
+	for name, dst := range map[string]*string{"wg": &o.WG, "tc": &o.TC} {
 		if *dst == "" {
 			*dst, _ = exec.LookPath(name)
 		}
 	}
-	stock := o.WireGuardGo != "" && o.WG != ""
 	if o.Modes == nil {
-		o.Modes = []Mode{ModeDirect, ModeTunnel, ModePolicy}
-		if stock {
-			o.Modes = append(o.Modes, ModeReference)
-		}
-	}
-	if slices.Contains(o.Modes, ModeReference) && !stock {
-		return fmt.Errorf("--modes: reference needs the stock wireguard-go and wg on PATH")
+		// The references and the unbounded agent are dropped at setup,
+		// with a note, when they cannot run (see runner.findBinaries).
+		o.Modes = []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeUnbounded, ModeReference, ModeSystemRef}
+		o.modesDefaulted = true
 	}
 	return nil
+}
+
+// runsScale reports whether the scale workload is measured.
+func (o *Options) runsScale() bool {
+	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, ScaleWorkload)
 }
 
 // runsFailover reports whether the failover workload is measured.

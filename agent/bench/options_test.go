@@ -14,7 +14,7 @@ func fakeTools(o *Options) {
 
 func TestNormalizeProfiles(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	o := Options{Omit: -1, WireGuardGo: "/bin/true"}
+	o := Options{Omit: -1}
 	fakeTools(&o)
 	if err := o.Normalize(); err != nil {
 		t.Fatal(err)
@@ -22,8 +22,12 @@ func TestNormalizeProfiles(t *testing.T) {
 	if o.Samples != 3 || o.Duration != 3*time.Second || o.Omit != time.Second || !slices.Equal(o.Streams, []int{1, 4}) {
 		t.Errorf("quick: %+v", o)
 	}
-	if !slices.Equal(o.Modes, []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeReference}) {
-		t.Errorf("default modes with a stock wireguard-go: %v", o.Modes)
+	// Every mode but the A/A control; setup drops those that cannot run.
+	if !slices.Equal(o.Modes, []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeUnbounded, ModeReference, ModeSystemRef}) || !o.modesDefaulted {
+		t.Errorf("default modes: %v (defaulted %v)", o.Modes, o.modesDefaulted)
+	}
+	if o.ScaleN != 20 || o.UnboundedFragment != DefaultUnbounded {
+		t.Errorf("quick: scale %d, unbounded fragment %q", o.ScaleN, o.UnboundedFragment)
 	}
 	if o.UDPLen != 1392 || o.Out != "benchmark.json" {
 		t.Errorf("defaults: udpLen %d out %q", o.UDPLen, o.Out)
@@ -41,8 +45,13 @@ func TestNormalizeProfiles(t *testing.T) {
 	if err := s.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	if s.Samples != 5 || s.Duration != 30*time.Second || !slices.Equal(s.Streams, []int{1, 32}) || slices.Contains(s.Modes, ModeReference) {
+	if s.Samples != 5 || s.Duration != 30*time.Second || !slices.Equal(s.Streams, []int{1, 32}) || s.ScaleN != 100 {
 		t.Errorf("sustained: %+v", s)
+	}
+	e := Options{Omit: -1, Modes: []Mode{ModeTunnel}}
+	fakeTools(&e)
+	if err := e.Normalize(); err != nil || e.modesDefaulted {
+		t.Errorf("explicit modes: %v, defaulted %v", err, e.modesDefaulted)
 	}
 }
 
@@ -54,13 +63,12 @@ func TestNormalizeRejects(t *testing.T) {
 		"duration":  {Duration: 1500 * time.Millisecond},
 		"backend":   {Backend: "wasm"},
 		"shaping":   {Shaping: "fake"},
-		"reference": {Modes: []Mode{ModeReference}},
+		"scale":     {ScaleN: 1000},
 		"pace":      {Pace: "fast"},
 		"pace unit": {Pace: "800Mbps"},
 		"pace zero": {Pace: "0M"},
 	} {
 		fakeTools(&o)
-		o.WireGuardGo = ""
 		if err := o.Normalize(); err == nil {
 			t.Errorf("%s: accepted %+v", name, o)
 		}

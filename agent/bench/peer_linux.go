@@ -82,22 +82,26 @@ type peerProc struct {
 }
 
 // peerConfigFor returns the provider's configuration: WireGuard (kernel
-// or userspace) with one peer for the agent's tunnel and one for the
-// reference tunnel, and no servers (the bench starts its own).
+// or userspace) with one peer for each agent's tunnel and each reference
+// tunnel, and no servers (the bench starts its own).
 func (t *topo) peerConfigFor(kernel bool, mtu int) *provider.Config {
 	return &provider.Config{
 		Log: filepath.Join(t.Dir, "peer-events.log"),
 		WireGuard: &provider.WireGuard{
 			Interface: t.PeerIf, PrivateKey: t.PeerKey.String(), ListenPort: peerPort, MTU: mtu,
 			Kernel: kernel, NoIPv6: true,
-			Addresses: []string{tunnelPeer + "/32", refServer + "/32"},
+			Addresses: []string{tunnelPeer + "/32", refServer + "/32", sysRefServer + "/32"},
 			Routes: []provider.Route{
 				{Dst: tunnelAgent + "/32", Src: tunnelPeer},
+				{Dst: tunnelUnb + "/32", Src: tunnelPeer},
 				{Dst: tunnelRef + "/32", Src: refServer},
+				{Dst: tunnelSysRef + "/32", Src: sysRefServer},
 			},
 			Peers: []provider.Peer{
 				{PublicKey: t.AgentKey.PublicKey().String(), AllowedIPs: []string{tunnelAgent + "/32"}},
+				{PublicKey: t.UnbKey.PublicKey().String(), AllowedIPs: []string{tunnelUnb + "/32"}},
 				{PublicKey: t.RefKey.PublicKey().String(), AllowedIPs: []string{tunnelRef + "/32"}},
+				{PublicKey: t.SysRefKey.PublicKey().String(), AllowedIPs: []string{tunnelSysRef + "/32"}},
 			},
 		},
 	}
@@ -106,8 +110,14 @@ func (t *topo) peerConfigFor(kernel bool, mtu int) *provider.Config {
 // startPeer starts the provider's WireGuard: a kernel link when the agent
 // uses the kernel backend, else the userspace helper process.
 func (t *topo) startPeer(kernel bool, mtu int) (*peerProc, error) {
-	c := t.peerConfigFor(kernel, mtu)
-	if kernel {
+	return t.startProvider(t.peerConfigFor(kernel, mtu), "peer.log")
+}
+
+// startProvider starts a provider in the provider namespace: in the
+// bench's process for a kernel link, else as a helper process logging to
+// logName in the work dir. It is stopped when the topology closes.
+func (t *topo) startProvider(c *provider.Config, logName string) (*peerProc, error) {
+	if c.WireGuard.Kernel {
 		var p *provider.Provider
 		err := t.prov.Do(func() (err error) { p, err = provider.Start(c); return err })
 		if err == nil {
@@ -115,7 +125,7 @@ func (t *topo) startPeer(kernel bool, mtu int) (*peerProc, error) {
 		}
 		return &peerProc{kind: "kernel WireGuard link"}, err
 	}
-	p, err := spawnPeer(func(cmd *exec.Cmd) error { return t.prov.Do(cmd.Start) }, filepath.Join(t.Dir, "peer.log"), c)
+	p, err := spawnPeer(func(cmd *exec.Cmd) error { return t.prov.Do(cmd.Start) }, filepath.Join(t.Dir, logName), c)
 	if err != nil {
 		return nil, err
 	}

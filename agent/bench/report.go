@@ -10,7 +10,7 @@ import (
 // progressLine is one line of terminal progress for a finished sample.
 func progressLine(done, total int, s *Sample) string {
 	b := &strings.Builder{}
-	fmt.Fprintf(b, "[%3d/%d] %-22s %-13s r%d ", done, total, s.Workload, s.Mode, s.Round+1)
+	fmt.Fprintf(b, "[%3d/%d] %-22s %-16s r%d ", done, total, s.Workload, s.Mode, s.Round+1)
 	switch {
 	case s.Error != "":
 		fmt.Fprintf(b, "ERROR %s", s.Error)
@@ -39,8 +39,8 @@ func (r *runner) progress(s *Sample) {
 
 // tableMetrics are the rows of the terminal table per workload kind.
 var tableMetrics = map[Kind][]string{
-	KindTCP:  {MThroughput, MMachineGB, MProcsGB, MLoadedP50, "pingLoadedP99"},
-	KindUDP:  {MThroughput, "lossPct", "jitterMs", MMachineGB, MLoadedP50},
+	KindTCP:  {MThroughput, MMachineGB, MProcsGB, MDataplaneGB, MPeakRSS, MLoadedP50, "pingLoadedP99"},
+	KindUDP:  {MThroughput, "lossPct", "jitterMs", MMachineGB, MPeakRSS, MLoadedP50},
 	KindPing: {MPingP50, "pingP95", "pingP99", "pingMax"},
 	KindRR:   {MRRP50, "rrP99", "rrPerSec"},
 }
@@ -53,6 +53,7 @@ func PrintSummary(w io.Writer, res *Result) {
 		h.CPUModel, h.CPUs, h.Kernel, h.Backend, res.Settings.TunnelMTU, h.LoadAvgStart, h.LoadAvgEnd)
 	fmt.Fprintf(w, "profile %s: %d samples x %ds (+%ds warm-up omitted), modes %v\n\n",
 		res.Settings.Profile, res.Settings.Samples, res.Settings.DurationSec, res.Settings.OmitSec, res.Settings.Modes)
+	printBinaries(w, res)
 	modes := res.Settings.Modes
 	if len(res.Summary) > 0 {
 		printTable(w, res, modes)
@@ -98,6 +99,7 @@ func printTable(w io.Writer, res *Result, modes []Mode) {
 func printRest(w io.Writer, res *Result) {
 	printPaired(w, res.Paired)
 	printUpDown(w, res.UpDown)
+	printScale(w, res.Scale)
 	printFailover(w, res.Failover)
 	fmt.Fprintln(w, "\ntargets:")
 	for _, t := range res.Targets {
@@ -158,5 +160,45 @@ func printUpDown(w io.Writer, ud *UpDown) {
 	}
 	if ud.Skipped != "" {
 		fmt.Fprintln(w, " ", ud.Skipped)
+	}
+}
+
+// printBinaries names the programs measured and their versions.
+func printBinaries(w io.Writer, res *Result) {
+	b := res.Binaries
+	if b.Agent != nil {
+		fmt.Fprintf(w, "vpn-agent binary: %s (%s), embedded wireguard-go module %s\n", b.Agent.Path, b.Agent.Source, b.EmbeddedWireGuard)
+	}
+	if b.Reference != nil {
+		fmt.Fprintf(w, "reference: stock %s, %s (%s)\n", b.Reference.Label(), b.Reference.Path, b.Reference.Source)
+	} else if b.ReferenceMissing != "" {
+		fmt.Fprintf(w, "reference: none: %s\n", b.ReferenceMissing)
+	}
+	if b.SystemReference != nil {
+		fmt.Fprintf(w, "reference-system: %s, %s (%s)\n", b.SystemReference.Label(), b.SystemReference.Path, b.SystemReference.Source)
+	}
+	for _, a := range res.Agents {
+		fmt.Fprintf(w, "%s: modes %v, namespace %s, ready %.1f ms, idle RSS %.1f MiB, %v", a.Name, a.Modes, a.Namespace, a.ReadyMs, float64(a.IdleRSSKiB)/1024, a.Args)
+		if a.Fragment != "" {
+			fmt.Fprintf(w, ", config fragment %s", a.Fragment)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+}
+
+func printScale(w io.Writer, s *Scale) {
+	if s == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nscale: %d namespaces, each a vpn-agent run (%s)\n", s.N, s.Agent)
+	fmt.Fprintf(w, "  up (start to READY=1) %s ms; first %d %s, last %d %s, growth x%.2f\n", fmtDist(s.Up), s.Window, fmtDist(s.First), s.Window, fmtDist(s.Last), s.Growth)
+	fmt.Fprintf(w, "  handshakes of all %.2f s; idle per agent: RSS %s MiB (anonymous %s), PSS %s; peer %.1f MiB; idle CPU of all agents together %.3f CPUs\n", s.HandshakeSec, fmtDist(s.IdleRSS), fmtDist(s.IdleAnon), fmtDist(s.IdlePSS), float64(s.PeerRSSKiB)/1024, s.IdleCPU)
+	fmt.Fprintf(w, "  status --json of all %s ms (%d healthy, exit %d), of one %s ms; down each %s ms, all %.0f ms\n", fmtDist(s.Status), s.Healthy, s.StatusExit, fmtDist(s.StatusOne), fmtDist(s.Down), s.DownAllMs)
+	if len(s.Problems) > 0 {
+		fmt.Fprintf(w, "  status problems: %s\n", strings.Join(s.Problems, "; "))
+	}
+	if s.Error != "" {
+		fmt.Fprintf(w, "  error: %s\n", s.Error)
 	}
 }

@@ -5,8 +5,11 @@ import (
 	"time"
 )
 
-// SchemaVersion identifies the benchmark.json layout.
-const SchemaVersion = "vpn-confinement.bench/1"
+// SchemaVersion identifies the benchmark.json layout. 2: the agent
+// modes' data plane is a vpn-agent process (cpu.agentSec and
+// agentVmHWMKiB are its; the bench's own are benchSec and
+// benchVmHWMKiB), binaries, agents and scale were added.
+const SchemaVersion = "vpn-confinement.bench/2"
 
 // Result is benchmark.json.
 type Result struct {
@@ -18,12 +21,18 @@ type Result struct {
 	Error       string    `json:"error,omitempty"`
 
 	Host     HostInfo    `json:"host"`
+	Binaries Binaries    `json:"binaries"`
 	Settings Settings    `json:"settings"`
 	Topology Topology    `json:"topology"`
 	Shaping  ShapingInfo `json:"shaping"`
 
-	Samples []Sample `json:"samples"`
-	UpDown  *UpDown  `json:"upDown,omitempty"`
+	// Agents are the `vpn-agent run` processes the tunnel modes ran
+	// through.
+	Agents  []AgentRun `json:"agents,omitempty"`
+	Samples []Sample   `json:"samples"`
+	UpDown  *UpDown    `json:"upDown,omitempty"`
+	// Scale brings many namespaces up against one peer.
+	Scale *Scale `json:"scale,omitempty"`
 	// Failover times the agent's failover across a pool of two servers.
 	Failover *Failover `json:"failover,omitempty"`
 	Modes    []ModeEnd `json:"modes"` // per mode: nft counters captured after the mode's last sample
@@ -43,13 +52,45 @@ type HostInfo struct {
 	CPUs           int       `json:"cpus"`
 	GoVersion      string    `json:"goVersion"`
 	Iperf3Version  string    `json:"iperf3Version"`
-	WireGuardGo    string    `json:"wireguardGoVersion,omitempty"` // the stock binary (reference mode)
+	WireGuardGo    string    `json:"wireguardGoVersion,omitempty"` // the same-version stock binary (reference mode)
 	AgentVersion   string    `json:"agentVersion,omitempty"`
 	LoadAvgStart   []float64 `json:"loadAvgStart"` // 1, 5, 15 minutes
 	LoadAvgEnd     []float64 `json:"loadAvgEnd"`
 	BackendAsked   string    `json:"backendRequested"`
 	Backend        string    `json:"backend"` // resolved: kernel or userspace
 	KernelWGReason string    `json:"kernelWireGuard"`
+}
+
+// Binaries are the programs the run measured, with their versions.
+type Binaries struct {
+	// EmbeddedWireGuard is the wireguard-go module version linked into
+	// the bench (and so into the agent it re-executes, or an agent of the
+	// same build).
+	EmbeddedWireGuard string  `json:"embeddedWireguardModule"`
+	Agent             *Binary `json:"agent"`
+	// Reference is stock wireguard-go of the same module version
+	// (ModeReference); SystemReference the wireguard-go on PATH when it
+	// is another version (ModeSystemRef).
+	Reference        *Binary `json:"reference,omitempty"`
+	SystemReference  *Binary `json:"systemReference,omitempty"`
+	ReferenceMissing string  `json:"referenceMissing,omitempty"`
+}
+
+// AgentRun is one `vpn-agent run` process of the run.
+type AgentRun struct {
+	Name      string   `json:"name"`
+	Modes     []Mode   `json:"modes"`
+	Namespace string   `json:"namespace"`
+	PID       int      `json:"pid"`
+	Args      []string `json:"args"`
+	// Fragment is the JSON merged into its config (ModeUnbounded).
+	Fragment string  `json:"configFragment,omitempty"`
+	ReadyMs  float64 `json:"readyMs"` // process start to READY=1
+	// Idle: after the handshake, before any workload.
+	IdleRSSKiB  int64 `json:"idleRssKiB"`
+	IdleAnonKiB int64 `json:"idleRssAnonKiB"` // of it anonymous (heap, stacks); the rest is mostly the binary's pages
+	IdlePSSKiB  int64 `json:"idlePssKiB"`     // proportional set size: shared pages divided among their sharers
+	IdleHWMKiB  int64 `json:"idleVmHWMKiB"`
 }
 
 // Settings are the run parameters after profile defaults.
@@ -66,6 +107,8 @@ type Settings struct {
 	PingIntervalMs   float64  `json:"pingIntervalMs"`
 	UpDownCycles     int      `json:"upDownCycles"`
 	FailoverSamples  int      `json:"failoverSamples,omitempty"`
+	ScaleN           int      `json:"scaleNamespaces,omitempty"`
+	UnboundedConfig  string   `json:"unboundedConfigFragment,omitempty"`
 	FailoverProbeSec float64  `json:"failoverProbeIntervalSec,omitempty"`
 	Workloads        []string `json:"workloads"`
 	TunnelMTU        int      `json:"tunnelMtu"`
@@ -115,17 +158,22 @@ type Sample struct {
 	Seq      int       `json:"seq"` // position in the whole run
 	Start    time.Time `json:"start"`
 
-	Iperf      *IperfResult    `json:"iperf,omitempty"`
-	PingLoaded *Latency        `json:"pingUnderLoad,omitempty"`
-	Ping       *Latency        `json:"ping,omitempty"` // idle
-	RR         *RRResult       `json:"rr,omitempty"`
-	CPU        *CPU            `json:"cpu,omitempty"`
-	AgentHWM   int64           `json:"agentVmHWMKiB,omitempty"` // peak RSS of the bench process during the sample
-	RefHWM     int64           `json:"referenceVmHWMKiB,omitempty"`
-	PeerHWM    int64           `json:"peerVmHWMKiB,omitempty"`
-	NFT        *NFTSnapshot    `json:"nft,omitempty"`
-	Raw        json.RawMessage `json:"iperf3,omitempty"` // the client's raw iperf3 JSON
-	Error      string          `json:"error,omitempty"`
+	Iperf      *IperfResult `json:"iperf,omitempty"`
+	PingLoaded *Latency     `json:"pingUnderLoad,omitempty"`
+	Ping       *Latency     `json:"ping,omitempty"` // idle
+	RR         *RRResult    `json:"rr,omitempty"`
+	CPU        *CPU         `json:"cpu,omitempty"`
+	AgentHWM   int64        `json:"agentVmHWMKiB,omitempty"` // peak RSS of the mode's vpn-agent process during the sample
+	BenchHWM   int64        `json:"benchVmHWMKiB,omitempty"` // ... of the bench process (probers)
+	// DataplaneRSSStart is the data plane's VmRSS when the sample began
+	// (where its VmHWM was reset to): a Go process gives memory back
+	// slowly, so a sample's peak is at least what earlier ones left.
+	DataplaneRSSStart int64           `json:"dataplaneRssStartKiB,omitempty"`
+	RefHWM            int64           `json:"referenceVmHWMKiB,omitempty"`
+	PeerHWM           int64           `json:"peerVmHWMKiB,omitempty"`
+	NFT               *NFTSnapshot    `json:"nft,omitempty"`
+	Raw               json.RawMessage `json:"iperf3,omitempty"` // the client's raw iperf3 JSON
+	Error             string          `json:"error,omitempty"`
 }
 
 // Latency is a latency distribution in milliseconds.
@@ -156,13 +204,14 @@ type RRResult struct {
 type CPU struct {
 	WallSec        float64  `json:"wallSec"`
 	MachineBusySec float64  `json:"machineBusySec"`
-	MachineUtilPct float64  `json:"machineUtilPct"` // of all CPUs
-	AgentSec       float64  `json:"agentSec"`       // the bench process: the embedded data plane in tunnel modes
+	MachineUtilPct float64  `json:"machineUtilPct"`     // of all CPUs
+	BenchSec       float64  `json:"benchSec"`           // the bench process: probers, iperf3 and process management
+	AgentSec       *float64 `json:"agentSec,omitempty"` // the mode's vpn-agent process (agent modes): the embedded data plane
 	PeerSec        *float64 `json:"peerSec,omitempty"`
 	ReferenceSec   *float64 `json:"referenceSec,omitempty"` // stock wireguard-go, reference mode
-	// DataplaneSec is the client side's data plane: the bench process in
-	// tunnel modes (it holds the embedded wireguard-go), the stock
-	// process in reference mode; none in direct mode.
+	// DataplaneSec is the client side's data plane: the vpn-agent
+	// process in agent modes (it holds the embedded wireguard-go), the
+	// stock process in reference modes; none in direct mode.
 	DataplaneSec *float64 `json:"dataplaneSec,omitempty"`
 	ClientSec    float64  `json:"iperf3ClientSec"`
 	ServerSec    float64  `json:"iperf3ServerSec"`

@@ -17,18 +17,21 @@ import (
 
 // runner holds one run's state.
 type runner struct {
-	o       *Options
-	t       *topo
-	res     *Result
-	spec    *config.Spec
-	backend config.Backend
-	pol     *policyState
-	peer    *peerProc
-	ref     *refTunnel
-	keyFile string
-	seq     int
-	total   int
-	modeNFT map[Mode]*NFTSnapshot
+	o        *Options
+	t        *topo
+	res      *Result
+	spec     *config.Spec
+	backend  config.Backend
+	pol      *policyState
+	peer     *peerProc
+	agentBin *Binary
+	agents   map[Mode]*agentProc // the main agent serves tunnel, tunnel+policy, tunnel-again
+	refs     map[Mode]*refTunnel
+	refBins  map[Mode]*Binary
+	keyFile  string
+	seq      int
+	total    int
+	modeNFT  map[Mode]*NFTSnapshot
 }
 
 // Run builds the bench topology, measures every workload in every mode,
@@ -47,7 +50,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if removed, err := testbed.Sweep("vb"); len(removed) > 0 || err != nil {
 		log.Info("removed the leftovers of a bench that did not clean up", "removed", removed, "err", err)
 	}
-	r := &runner{o: &o, modeNFT: map[Mode]*NFTSnapshot{}}
+	r := &runner{o: &o, modeNFT: map[Mode]*NFTSnapshot{}, agents: map[Mode]*agentProc{}, refs: map[Mode]*refTunnel{}, refBins: map[Mode]*Binary{}}
 	r.res = &Result{Schema: SchemaVersion, Tool: "vpn-bench", Started: time.Now().UTC()}
 	r.res.Host = hostInfo(&o)
 	r.res.Settings = settingsOf(&o)
@@ -70,10 +73,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 }
 
 // setup builds the topology: underlay and provider namespaces, the peer,
-// the confined namespace (engine.Up), the reference tunnel and servers.
+// the agents (`vpn-agent run` processes), the reference tunnels and the
+// servers.
 func (r *runner) setup(ctx context.Context) error {
 	t, o, log := r.t, r.o, r.o.Log
 	t.onClose(func() error { return testbed.Remove(t.ID) }) // last resort, runs last
+	if err := r.findBinaries(); err != nil {
+		return err
+	}
 	var err error
 	if r.keyFile, err = t.writeKey("agent.key", t.AgentKey); err != nil {
 		return err
@@ -85,27 +92,33 @@ func (r *runner) setup(ctx context.Context) error {
 	if r.backend, err = eng.Backend(r.spec); err != nil {
 		return err
 	}
-	r.spec.Backend = r.backend
 	r.res.Host.Backend = string(r.backend)
-	log.Info("bench topology", "id", t.ID, "backend", r.backend, "modes", o.Modes)
+	log.Info("bench topology", "id", t.ID, "backend", r.backend, "modes", o.Modes, "agent", r.agentBin.Path)
 	if err := t.buildUnderlay(); err != nil {
 		return err
 	}
 	if r.peer, err = t.startPeer(r.backend == config.BackendKernel, o.MTU); err != nil {
 		return err
 	}
-	inst, err := t.agentUp(ctx, eng, r.spec)
-	if err != nil {
+	if err := r.startAgents(); err != nil {
 		return err
 	}
-	t.onClose(func() error { return t.agentDown(eng, inst) })
 	r.pol = &policyState{spec: r.spec, loaded: true}
 	if t.conf, err = testbed.StartThread(t.C); err != nil {
 		return err
 	}
 	t.onClose(func() error { t.conf.Close(); return nil })
-	if o.HasMode(ModeReference) {
-		if r.ref, err = t.startReference(o.WireGuardGo, o.WG, o.MTU); err != nil {
+	if r.agents[ModeUnbounded] != nil {
+		if t.conf2, err = testbed.StartThread(t.C2); err != nil {
+			return err
+		}
+		t.onClose(func() error { t.conf2.Close(); return nil })
+	}
+	for _, m := range refModes {
+		if !o.HasMode(m) {
+			continue
+		}
+		if r.refs[m], err = t.startReference(r.refBins[m].Path, o.WG, o.MTU, t.refPathOf(m)); err != nil {
 			return err
 		}
 	}
@@ -114,24 +127,91 @@ func (r *runner) setup(ctx context.Context) error {
 		return err
 	}
 	t.onClose(rr.Close)
-	return r.waitReady(ctx)
+	if err := r.waitReady(ctx); err != nil {
+		return err
+	}
+	r.idleRSS()
+	return nil
 }
 
-// waitReady waits for both tunnels' handshakes with a ping each.
+// findBinaries resolves the agent and the references, and drops the
+// default modes that cannot run (an explicitly asked one is an error).
+func (r *runner) findBinaries() error {
+	o := r.o
+	r.agentBin = findAgent(o.AgentBin)
+	emb := r.agentBin.Module
+	if emb == "" {
+		emb = embeddedWG()
+	}
+	ref, sys, why := findReferences(emb, o.ReferenceBin, r.t.Dir)
+	r.res.Binaries = Binaries{EmbeddedWireGuard: emb, Agent: r.agentBin, Reference: ref, SystemReference: sys, ReferenceMissing: why}
+	if ref != nil {
+		r.refBins[ModeReference] = ref
+		r.res.Host.WireGuardGo = ref.Version
+		if o.WireGuardGo == "" {
+			o.WireGuardGo = ref.Path // the shell baseline's wireguard-go
+		}
+	}
+	if sys != nil {
+		r.refBins[ModeSystemRef] = sys
+	}
+	drop := func(m Mode, reason string) error {
+		if !o.HasMode(m) {
+			return nil
+		}
+		if !o.modesDefaulted {
+			return fmt.Errorf("--modes: %s: %s", m, reason)
+		}
+		o.Modes = slices.DeleteFunc(o.Modes, func(x Mode) bool { return x == m })
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("Mode %s skipped: %s.", m, reason))
+		return nil
+	}
+	for _, m := range refModes {
+		if r.refBins[m] != nil && o.WG == "" {
+			if err := drop(m, "wg (wireguard-tools) is not on PATH to configure the stock wireguard-go"); err != nil {
+				return err
+			}
+		}
+	}
+	if ref == nil {
+		if err := drop(ModeReference, why); err != nil {
+			return err
+		}
+	}
+	if sys == nil {
+		if err := drop(ModeSystemRef, "no other wireguard-go on PATH"); err != nil {
+			return err
+		}
+	}
+	r.res.Settings.Modes = o.Modes
+	return nil
+}
+
+// waitReady waits for every tunnel's handshake with a ping each.
 func (r *runner) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := waitPing(ctx, r.t.conf, tunnelPeer); err != nil {
 		return fmt.Errorf("agent tunnel handshake: %w", err)
 	}
-	if r.ref != nil {
-		// The kill switch (loaded by engine.Up) rejects anything but the
-		// agent's tunnel; the reference mode runs without it.
+	if r.t.conf2 != nil {
+		if err := waitPing(ctx, r.t.conf2, tunnelPeer); err != nil {
+			return fmt.Errorf("unbounded agent tunnel handshake: %w", err)
+		}
+	}
+	if len(r.refs) > 0 {
+		// The kill switch (loaded by the agent) rejects anything but the
+		// agent's tunnel; the reference modes run without it.
 		if err := r.pol.set(false); err != nil {
 			return err
 		}
-		if err := waitPing(ctx, r.t.conf, refServer); err != nil {
-			return fmt.Errorf("reference tunnel handshake: %w", err)
+	}
+	for _, m := range refModes {
+		if r.refs[m] == nil {
+			continue
+		}
+		if err := waitPing(ctx, r.t.conf, target(m)); err != nil {
+			return fmt.Errorf("%s tunnel handshake: %w", m, err)
 		}
 	}
 	r.res.Topology = r.topology()
@@ -164,6 +244,16 @@ func (r *runner) measure(ctx context.Context) error {
 	if len(o.Workloads) == 0 || slices.Contains(o.Workloads, UpDownWorkload) {
 		ud, err := r.upDown(ctx)
 		r.res.UpDown = ud
+		if err != nil {
+			return err
+		}
+	}
+	if o.runsScale() {
+		sc, err := r.scale(ctx)
+		if sc != nil && err != nil {
+			sc.Error = err.Error()
+		}
+		r.res.Scale = sc
 		if err != nil {
 			return err
 		}

@@ -26,34 +26,45 @@ func needRoot(t testing.TB) {
 	}
 }
 
-// TestSmoke runs a real, very short bench (1 sample of 1 s, two modes)
-// and checks the benchmark.json structure and that nothing is left over.
-func TestSmoke(t *testing.T) {
+// runSmoke runs a real, very short bench with o (its output in a
+// temporary directory) within timeout, writes its result and checks that
+// none of its namespaces is left. It skips without root or in -short.
+func runSmoke(t *testing.T, o *Options, timeout time.Duration) *Result {
+	t.Helper()
 	needRoot(t)
 	if testing.Short() {
 		t.Skip("real bench run skipped in -short mode")
 	}
 	dir := t.TempDir()
-	o := Options{
-		Samples: 1, Duration: time.Second, Omit: 0,
-		Modes:     []Mode{ModeDirect, ModePolicy},
-		Workloads: []string{"tcp1-up", "udp-down", "ping-idle", "rr64", "tcp1-down-paced", UpDownWorkload},
-		Pace:      "50M",
-		Backend:   config.BackendUserspace, UpDownCycles: 2, Shaping: "off",
-		Out: filepath.Join(dir, "benchmark.json"), SVG: filepath.Join(dir, "benchmark.svg"),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	o.Out, o.SVG = filepath.Join(dir, "benchmark.json"), filepath.Join(dir, "benchmark.svg")
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	res, err := Run(ctx, o)
+	start := time.Now()
+	res, err := Run(ctx, *o)
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
+	t.Logf("%s: %.1f s", t.Name(), time.Since(start).Seconds())
 	if err := WriteResult(res, o.Out, o.SVG); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(names.NetnsDir, res.Topology.ID+"*")); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
 	}
+	return res
+}
+
+// TestSmoke runs a real, very short bench (1 sample of 1 s, two modes)
+// and checks the benchmark.json structure and that nothing is left over.
+func TestSmoke(t *testing.T) {
+	o := Options{
+		Samples: 1, Duration: time.Second, Omit: 0,
+		Modes:     []Mode{ModeDirect, ModePolicy},
+		Workloads: []string{"tcp1-up", "udp-down", "ping-idle", "rr64", "tcp1-down-paced", UpDownWorkload},
+		Pace:      "50M",
+		Backend:   config.BackendUserspace, UpDownCycles: 2, Shaping: "off",
+	}
+	res := runSmoke(t, &o, 50*time.Second)
 	raw, err := os.ReadFile(o.Out)
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +101,9 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("%s/%s: raw iperf3 JSON missing", s.Workload, s.Mode)
 			}
 		}
-		if s.NFT == nil || s.NFT.Loaded != (s.Mode == string(ModePolicy)) {
+		// Direct mode leaves the table as it is (the agent's watchdog
+		// keeps it loaded).
+		if s.NFT == nil || (s.Mode == string(ModePolicy) || s.Mode == string(ModeDirect)) != s.NFT.Loaded {
 			t.Errorf("%s/%s: kill switch state %+v", s.Workload, s.Mode, s.NFT)
 		}
 	}
@@ -116,6 +129,89 @@ func TestSmoke(t *testing.T) {
 	}
 	if _, err := os.Stat(o.SVG); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestSmokeAgentModes runs the agent modes as users run the agent (each a
+// `vpn-agent run` process of its own), the same-version reference and the
+// scale workload, in their shortest form, and checks what each records.
+func TestSmokeAgentModes(t *testing.T) {
+	if _, err := exec.LookPath("wg"); err != nil {
+		t.Skip("needs wg (the reference is configured with it)")
+	}
+	o := Options{
+		Samples: 1, Duration: time.Second, Omit: 0,
+		Modes:     []Mode{ModeTunnel, ModePolicy, ModeUnbounded, ModeReference},
+		Workloads: []string{"tcp1-up", ScaleWorkload}, ScaleN: 3,
+		// A fragment today's config accepts, and that shows in the
+		// unbounded agent's tunnel: its MTU.
+		UnboundedFragment: `{"wireguard":{"mtu":1380}}`,
+		Backend:           config.BackendUserspace, Shaping: "off",
+	}
+	res := runSmoke(t, &o, 60*time.Second)
+	if len(res.Agents) != 2 {
+		t.Fatalf("agents: %+v", res.Agents)
+	}
+	for _, a := range res.Agents {
+		if a.PID <= 0 || a.PID == os.Getpid() || a.IdleRSSKiB <= 0 || a.ReadyMs <= 0 {
+			t.Errorf("agent %s: %+v", a.Name, a)
+		}
+		if _, err := os.Stat(filepath.Join("/proc", itoa(a.PID), "exe")); err == nil {
+			t.Errorf("agent %s (pid %d) still runs after the bench", a.Name, a.PID)
+		}
+	}
+	for _, s := range res.Samples {
+		if s.Error != "" {
+			t.Errorf("%s/%s: %s", s.Workload, s.Mode, s.Error)
+			continue
+		}
+		switch {
+		case isAgentMode(s.Mode):
+			if s.AgentHWM <= 0 || s.CPU == nil || s.CPU.AgentSec == nil || *s.CPU.AgentSec <= 0 {
+				t.Errorf("%s/%s: no agent process figures (hwm %d, cpu %+v)", s.Workload, s.Mode, s.AgentHWM, s.CPU)
+			}
+		case s.Mode == ModeReference:
+			if s.RefHWM <= 0 || s.CPU == nil || s.CPU.ReferenceSec == nil || *s.CPU.ReferenceSec <= 0 {
+				t.Errorf("%s/%s: no reference process figures", s.Workload, s.Mode)
+			}
+		}
+		// Loaded in tunnel+policy and in the unbounded agent's own
+		// namespace, removed for tunnel and the reference.
+		if want := s.Mode == ModePolicy || s.Mode == ModeUnbounded; s.NFT == nil || s.NFT.Loaded != want {
+			t.Errorf("%s/%s: kill switch %+v", s.Workload, s.Mode, s.NFT)
+		}
+	}
+	b := res.Binaries
+	if b.Reference == nil || b.Reference.Module == "" || b.Reference.Module != b.EmbeddedWireGuard {
+		t.Errorf("reference %+v is not the embedded version %q", b.Reference, b.EmbeddedWireGuard)
+	}
+	mtu := 0
+	for _, ii := range res.Topology.Interfaces {
+		if ii.Namespace == res.Topology.Namespaces["confined-unbounded"] && ii.Type == "tuntap" {
+			mtu = ii.MTU
+		}
+	}
+	if mtu != 1380 {
+		t.Errorf("unbounded agent's tunnel MTU %d: the config fragment did not reach it (interfaces %+v)", mtu, res.Topology.Interfaces)
+	}
+	sc := res.Scale
+	if sc == nil || sc.Error != "" || len(sc.UpMs) != 3 || len(sc.DownMs) != 3 || sc.IdleRSS.N != 3 || sc.Status.N != scaleStatuses {
+		t.Fatalf("scale: %+v", sc)
+	}
+	// Shared pages make an agent's PSS smaller than its RSS, never larger.
+	if sc.IdlePSS.N != 3 || sc.IdleAnon.N != 3 || sc.IdlePSS.Max > sc.IdleRSS.Max || sc.IdleAnon.Max > sc.IdleRSS.Max {
+		t.Errorf("scale idle memory: rss %+v anon %+v pss %+v", sc.IdleRSS, sc.IdleAnon, sc.IdlePSS)
+	}
+	if sc.IdleCPU <= 0 || sc.IdleCPU > 2 {
+		t.Errorf("scale: idle agents' CPU %v CPUs", sc.IdleCPU)
+	}
+	if sc.Healthy != 3 || sc.StatusExit != 0 {
+		t.Errorf("scale status: %d healthy, exit %d, problems %v", sc.Healthy, sc.StatusExit, sc.Problems)
+	}
+	for _, n := range []string{"agent-peak-rss-mib", "agent-idle-rss-mib", "agent-throughput-vs-unbounded/tcp1-up", "embedded-vs-stock/tcp1-up", "scale-up-growth", "scale-status-all-ms", "scale-idle-rss-mib", "scale-idle-pss-mib"} {
+		if _, ok := targetByName(res.Targets, n); !ok {
+			t.Errorf("no target %s", n)
+		}
 	}
 }
 
@@ -167,29 +263,18 @@ func BenchmarkEngineUpDown(b *testing.B) {
 // test). It checks that the agent failed over to the second server and
 // that nothing is left over.
 func TestSmokeFailover(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("real bench run skipped in -short mode")
-	}
-	dir := t.TempDir()
 	o := Options{
 		Samples: 1, Duration: time.Second, Omit: 0, Modes: []Mode{ModeTunnel},
 		Workloads: []string{FailoverWorkload}, FailoverSamples: 1,
 		FailoverScenarios: []string{FOProbe}, FailoverProbe: time.Second,
 		Backend: config.BackendUserspace, Shaping: "off",
-		Out: filepath.Join(dir, "benchmark.json"), SVG: filepath.Join(dir, "benchmark.svg"),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := Run(ctx, o)
-	if err != nil {
-		t.Fatalf("bench: %v", err)
-	}
+	res := runSmoke(t, &o, 60*time.Second)
 	f := res.Failover
 	if f == nil || len(f.Scenarios) != 1 || f.Topology == "" {
 		t.Fatalf("failover: %+v", f)
 	}
-	for _, id := range []string{res.Topology.ID, f.Topology} {
+	for _, id := range []string{f.Topology} {
 		if left, _ := filepath.Glob(filepath.Join(names.NetnsDir, id+"*")); len(left) > 0 {
 			t.Errorf("namespaces left behind: %v", left)
 		}

@@ -12,13 +12,19 @@ type metric struct {
 	paired     bool // compared between modes round by round
 }
 
-func iperfM(name, unit string, paired bool, f func(*IperfResult) float64) metric {
+// fieldM reads a metric from one part of a sample (absent: no value).
+func fieldM[T any](name, unit string, paired bool, part func(*Sample) *T, f func(*T) float64) metric {
 	return metric{name, unit, func(s *Sample) (float64, bool) {
-		if s.Iperf == nil {
+		p := part(s)
+		if p == nil {
 			return 0, false
 		}
-		return f(s.Iperf), true
+		return f(p), true
 	}, paired}
+}
+
+func iperfM(name, unit string, paired bool, f func(*IperfResult) float64) metric {
+	return fieldM(name, unit, paired, func(s *Sample) *IperfResult { return s.Iperf }, f)
 }
 
 func cpuM(name string, paired bool, f func(*CPU) float64) metric {
@@ -41,12 +47,7 @@ func latM(name string, paired bool, pick func(*Sample) *Latency, f func(*Latency
 }
 
 func rrM(name, unit string, paired bool, f func(*RRResult) float64) metric {
-	return metric{name, unit, func(s *Sample) (float64, bool) {
-		if s.RR == nil {
-			return 0, false
-		}
-		return f(s.RR), true
-	}, paired}
+	return fieldM(name, unit, paired, func(s *Sample) *RRResult { return s.RR }, f)
 }
 
 var (
@@ -66,7 +67,17 @@ const (
 	MPingP50    = "pingP50"
 	MLoadedP50  = "pingLoadedP50"
 	MRRP50      = "rrP50"
+	// MPeakRSS is the peak RSS (VmHWM) of the mode's data plane process
+	// during a sample: its vpn-agent, or its stock wireguard-go.
+	MPeakRSS     = "dataplanePeakRSS"
+	MDataplaneGB = "dataplaneCpuPerGB"
 )
+
+// dataplaneHWM reads a sample's data-plane peak RSS in MiB.
+func dataplaneHWM(s *Sample) (float64, bool) {
+	k := max(s.AgentHWM, s.RefHWM)
+	return float64(k) / 1024, k > 0
+}
 
 // metricsFor returns the metrics reported for a workload kind.
 func metricsFor(k Kind) []metric {
@@ -74,12 +85,12 @@ func metricsFor(k Kind) []metric {
 		iperfM(MThroughput, "Mbit/s", true, func(r *IperfResult) float64 { return r.BitsPerSecond / 1e6 }),
 		cpuM(MMachineGB, true, func(c *CPU) float64 { return c.MachinePerGB }),
 		cpuM(MProcsGB, true, func(c *CPU) float64 { return c.ProcessesPerGB }),
-		cpuM("dataplaneCpuPerGB", false, func(c *CPU) float64 { return c.DataplanePerGB }),
+		cpuM(MDataplaneGB, false, func(c *CPU) float64 { return c.DataplanePerGB }),
 		latM(MLoadedP50, true, loaded, p50),
 		latM("pingLoadedP95", false, loaded, p95),
 		latM("pingLoadedP99", true, loaded, p99),
 		latM("pingLoadedMax", false, loaded, pmax),
-		{"agentPeakRSS", "MiB", func(s *Sample) (float64, bool) { return float64(s.AgentHWM) / 1024, s.AgentHWM > 0 }, false},
+		{MPeakRSS, "MiB", dataplaneHWM, false},
 	}
 	switch k {
 	case KindTCP:
@@ -100,7 +111,8 @@ func metricsFor(k Kind) []metric {
 }
 
 // comparisons are the mode pairs (baseline, mode) compared round by round.
-var comparisons = [][2]Mode{{ModeTunnel, ModePolicy}, {ModeTunnel, ModeControl}, {ModeDirect, ModeTunnel}, {ModeReference, ModeTunnel}}
+var comparisons = [][2]Mode{{ModeTunnel, ModePolicy}, {ModeTunnel, ModeControl}, {ModeDirect, ModeTunnel},
+	{ModeReference, ModeTunnel}, {ModeSystemRef, ModeTunnel}, {ModeUnbounded, ModePolicy}}
 
 // BuildSummary computes every workload x mode x metric distribution and
 // the paired comparisons, in workload order of first appearance.

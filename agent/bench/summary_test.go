@@ -150,6 +150,46 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 	}
 }
 
+// The chart shows what a reader compares: ratios to tunnel (the direct
+// path as a number, not a bar that flattens the rest), the reference's
+// version, memory per mode, the scale curve; axes print no "0.000".
+func TestChartShowsRatiosVersionsAndScale(t *testing.T) {
+	res := synthetic()
+	res.Binaries = Binaries{EmbeddedWireGuard: "v0.0.0-x", Reference: &Binary{Version: "wireguard-go v0.0.20250522", Module: "v0.0.0-x"}}
+	for i := range res.Samples {
+		if isAgentMode(res.Samples[i].Mode) {
+			res.Samples[i].AgentHWM = 40 * 1024
+		}
+	}
+	res.Summary, res.Paired = BuildSummary(res.Samples, res.Settings.Modes)
+	res.Scale = &Scale{N: 4, UpMs: []float64{10, 11, 12, 13}, IdleRSSKiB: []int64{9000, 9100, 9200, 9300}, StatusMs: []float64{50}, DownMs: []float64{20}}
+	res.Scale.summarize()
+	svg := Chart(res)
+	for _, want := range []string{"relative to tunnel", "tunnel = 1", "tunnel 2000 Mbit/s", "direct 9000", "wireguard-go v0.0.20250522, same module", "Peak RSS", "Scale: 4 namespaces", "idle memory per agent"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+	if strings.Contains(svg, ">0.000<") {
+		t.Error("an axis reads 0.000")
+	}
+	// tunnel+policy at 1990/2000: its dot is drawn as a ratio.
+	if !strings.Contains(svg, "tcp1-up tunnel+policy: ×0.995") {
+		t.Errorf("no tunnel+policy ratio dot in the chart")
+	}
+}
+
+func TestTickLabel(t *testing.T) {
+	for _, c := range []struct {
+		v, step float64
+		want    string
+	}{{0, 0.5, "0.0"}, {1.5, 0.5, "1.5"}, {200, 50, "200"}, {0.05, 0.05, "0.05"}, {0, 100, "0"}} {
+		if got := tickLabel(c.v, c.step); got != c.want {
+			t.Errorf("tickLabel(%v, %v) = %q, want %q", c.v, c.step, got, c.want)
+		}
+	}
+}
+
 func TestPrintSummaryAndJSON(t *testing.T) {
 	res := synthetic()
 	var b bytes.Buffer

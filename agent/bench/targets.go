@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -76,10 +77,14 @@ func Targets(res *Result) []Target {
 			continue
 		}
 		r := orZero(Ratio(ref, emb))
+		detail := fmt.Sprintf("embedded (tunnel, vpn-agent run, module %s) %s, same-version stock %s (reference) %s Mbit/s; ranges %s",
+			res.Binaries.EmbeddedWireGuard, fmtDist(emb), res.Binaries.Reference.Label(), fmtDist(ref), overlapWord(!Resolved(ref, emb)))
+		if sys, ok := find(sums, w, ModeSystemRef, MThroughput); ok {
+			detail += fmt.Sprintf("; second reference %s %s Mbit/s (ratio %.2f, no same-version comparison)", res.Binaries.SystemReference.Label(), fmtDist(sys), orZero(Ratio(sys, emb)))
+		}
 		out = append(out, Target{
 			Name: "embedded-vs-stock/" + w, Value: r, Limit: fmt.Sprintf(">= %.2f", targetStockRatio),
-			Met:    r >= targetStockRatio,
-			Detail: fmt.Sprintf("embedded (tunnel) %s, stock wireguard-go (reference) %s Mbit/s; ranges %s", fmtDist(emb), fmtDist(ref), overlapWord(!Resolved(ref, emb))),
+			Met: r >= targetStockRatio, Detail: detail,
 		})
 	}
 	if ud := res.UpDown; ud != nil {
@@ -88,6 +93,8 @@ func Targets(res *Result) []Target {
 			out = append(out, udTarget("up-median-ms", a.Up, sh, true, targetUpMs), udTarget("down-median-ms", a.Down, sh, false, targetDownMs))
 		}
 	}
+	out = append(out, memoryTargets(res)...)
+	out = append(out, scaleTargets(res.Scale)...)
 	return append(out, failoverTargets(res.Failover)...)
 }
 
@@ -119,7 +126,7 @@ func notes(res *Result) []string {
 		"iperf3's own CPU fields (iperfHostCpuPct, iperfRemoteCpuPct) describe the iperf3 processes only, not WireGuard's cost.",
 		"iperf3 3.x before 3.16 is single-threaded: with several streams one iperf3 process is a ceiling of its own.",
 		"One short run is no throughput guarantee; compare medians only when ranges do not overlap.",
-		"In tunnel modes the agent's CPU is the bench process: it holds the embedded wireguard-go data plane, plus the probers.",
+		"In the agent modes the data plane is a `vpn-agent run` process of its own (binaries.agent): its CPU (cpu.agentSec, from schedstat) and peak RSS (agentVmHWMKiB, VmHWM reset before each sample) are that process's; in the reference modes the stock wireguard-go process's. The bench process (probers) is counted apart (cpu.benchSec).",
 	}
 	if la := res.Host.LoadAvgStart; len(la) > 0 && la[0] >= 0.5 {
 		n = append(n, fmt.Sprintf("The machine was not idle at the start (1-minute load %.2f): other work shares the CPUs and whole-machine CPU figures include it.", la[0]))
@@ -129,6 +136,15 @@ func notes(res *Result) []string {
 	}
 	if res.Failover != nil {
 		n = append(n, "Failover: times from the death of the active server (its WireGuard UDP dropped) on a local pool of two userspace providers; they are set by the agent's timers (WireGuard's, the probe's, the 1 s check interval), not by throughput, so the machine's load moves them little. Resolution: state polled every 50 ms; the traffic stream's echoes take up to 250 ms each, one per 100 ms. Only the traffic scenario's stream and the probe are traffic: a real service's traffic pattern changes when WireGuard's timers fire.")
+	}
+	for _, a := range res.Agents {
+		if slices.Contains(a.Args, "--check-interval") {
+			n = append(n, "The agents of the throughput modes ran with --check-interval 1h (a vpn-agent run flag): the bench removes the kill switch for tunnel and the references, and the watchdog would put it back within a second; the scale workload's agents run with the default interval (1 s).")
+			break
+		}
+	}
+	if len(res.Agents) > 0 {
+		n = append(n, "Peak RSS per sample is the data plane's VmHWM after a reset to its current RSS at the sample's start (dataplaneRssStartKiB): Go gives memory back to the kernel slowly, so a sample's peak includes what earlier workloads left resident; the run's largest peak is the process's peak under the heaviest load, the per-workload figures depend on the order.")
 	}
 	n = append(n, pacedNotes(res)...)
 	if !res.Shaping.Available {

@@ -25,14 +25,17 @@ import (
 type topo struct {
 	ID           string // "vb" + 6 hex digits
 	U, P, C      string // namespace names: underlay, provider, confined
+	C2           string // the unbounded agent's confined namespace (ModeUnbounded)
 	VethU, VethP string
 	PeerIf       string // provider's WireGuard interface
 	RefIf        string // reference tunnel interface (stock wireguard-go)
+	SysRefIf     string // system reference tunnel interface
 	Dir          string // keys and logs, mode 0700
 
-	PeerKey, AgentKey, RefKey wgtypes.Key
+	PeerKey, AgentKey, RefKey, UnbKey, SysRefKey wgtypes.Key
 
 	under, prov, conf *testbed.Thread
+	conf2             *testbed.Thread // in C2, when ModeUnbounded runs
 	log               *slog.Logger
 	undo              []func() error
 }
@@ -44,7 +47,8 @@ func newTopo(log *slog.Logger) (*topo, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &topo{ID: id, U: id + "u", P: id + "p", C: id + "c", VethU: id + "a", VethP: id + "b", PeerIf: id + "w", RefIf: id + "r", log: log}
+	t := &topo{ID: id, U: id + "u", P: id + "p", C: id + "c", C2: id + "d", VethU: id + "a", VethP: id + "b",
+		PeerIf: id + "w", RefIf: id + "r", SysRefIf: id + "q", log: log}
 	t.onClose(func() error { return testbed.ReleaseID(id) })
 	dir, err := os.MkdirTemp("", "vpn-bench-"+id+"-")
 	if err != nil {
@@ -53,7 +57,7 @@ func newTopo(log *slog.Logger) (*topo, error) {
 	}
 	t.Dir = dir
 	t.onClose(func() error { return os.RemoveAll(dir) })
-	for _, k := range []*wgtypes.Key{&t.PeerKey, &t.AgentKey, &t.RefKey} {
+	for _, k := range []*wgtypes.Key{&t.PeerKey, &t.AgentKey, &t.RefKey, &t.UnbKey, &t.SysRefKey} {
 		if *k, err = wgtypes.GeneratePrivateKey(); err != nil {
 			t.Close()
 			return nil, fmt.Errorf("generate key: %w", err)
@@ -118,16 +122,22 @@ func (t *topo) writeKey(name string, k wgtypes.Key) (string, error) {
 
 // thread returns the namespace thread a mode's client runs on.
 func (t *topo) thread(m Mode) *testbed.Thread {
-	if m == ModeDirect {
+	switch m {
+	case ModeDirect:
 		return t.under
+	case ModeUnbounded:
+		return t.conf2
 	}
 	return t.conf
 }
 
 // nsOf names the namespace a mode's client runs in.
 func (t *topo) nsOf(m Mode) string {
-	if m == ModeDirect {
+	switch m {
+	case ModeDirect:
 		return t.U
+	case ModeUnbounded:
+		return t.C2
 	}
 	return t.C
 }

@@ -205,7 +205,7 @@ func (r *runner) shellUnavailable() string {
 	case r.o.WG == "":
 		return "wg not found on PATH"
 	case r.backend == config.BackendUserspace && r.o.WireGuardGo == "":
-		return "no stock wireguard-go on PATH for a userspace shell baseline"
+		return "no stock wireguard-go for a userspace shell baseline (see the reference mode)"
 	}
 	return ""
 }
@@ -214,7 +214,7 @@ func (r *runner) shellDesc() string {
 	if r.backend == config.BackendKernel {
 		return "sh script: ip netns add, nft -f, resolv.conf, ip link add type wireguard, wg setconf, ip link set netns, ip addr/link/route"
 	}
-	return "sh script: ip netns add, nft -f, resolv.conf, stock wireguard-go (daemonizes when ready), wg setconf, ip link set netns, ip addr/link/route"
+	return "sh script: ip netns add, nft -f, resolv.conf, stock wireguard-go " + r.o.WireGuardGo + " (daemonizes when ready), wg setconf, ip link set netns, ip addr/link/route"
 }
 
 // shellUp and shellDown are the baseline: the same steps as engine.Up and
@@ -260,7 +260,7 @@ func (r *runner) shellCycle(ctx context.Context, name string) (up, down time.Dur
 	// Untimed: the daemonized wireguard-go exits once its TUN is gone.
 	if r.backend == config.BackendUserspace {
 		if err := waitGone(names.UAPISocket(iface), 3*time.Second); err != nil {
-			killStock(iface)
+			killStock(r.o.WireGuardGo, iface)
 		}
 	}
 	return up, down, verr
@@ -340,9 +340,9 @@ func waitGone(path string, timeout time.Duration) error {
 	}
 }
 
-// killStock finds the daemonized stock wireguard-go serving exactly iface
-// (a bench-unique name) and kills it.
-func killStock(iface string) {
+// killStock finds the daemonized stock wireguard-go (binary bin) serving
+// exactly iface (a bench-unique name) and kills it.
+func killStock(bin, iface string) {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
@@ -350,7 +350,7 @@ func killStock(iface string) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) >= 2 && filepath.Base(args[0]) == "wireguard-go" && args[len(args)-1] == iface {
+		if len(args) >= 2 && filepath.Base(args[0]) == filepath.Base(bin) && args[len(args)-1] == iface {
 			var pid int
 			fmt.Sscanf(filepath.Base(filepath.Dir(p)), "%d", &pid)
 			if pid > 0 {

@@ -23,13 +23,32 @@ const (
 	// ratio to ModeTunnel shows what the run cannot resolve, next to the
 	// kill switch's ratio.
 	ModeControl Mode = "tunnel-again"
+	// ModeUnbounded: a second `vpn-agent run` (its own namespace, its own
+	// tunnel to the same peer) whose config has Options.UnboundedFragment
+	// merged in (by default the packet-buffer bound switched off), kill
+	// switch loaded: what the bounded agent's memory and throughput are
+	// compared against in the same run.
+	ModeUnbounded Mode = "agent-unbounded"
 	// ModeReference: the same path through a tunnel run by the stock
-	// wireguard-go binary, configured with wg (kill switch removed).
+	// wireguard-go of the same module version the agent embeds,
+	// configured with wg (kill switch removed).
 	ModeReference Mode = "reference"
+	// ModeSystemRef: as ModeReference with the wireguard-go found on PATH
+	// (e.g. a distribution's older build), labelled with its version.
+	ModeSystemRef Mode = "reference-system"
 )
 
 // AllModes lists the modes in their canonical order.
-var AllModes = []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeControl, ModeReference}
+var AllModes = []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeControl, ModeUnbounded, ModeReference, ModeSystemRef}
+
+// agentModes are the modes whose data plane is a `vpn-agent run` process.
+var agentModes = []Mode{ModeTunnel, ModePolicy, ModeControl, ModeUnbounded}
+
+// refModes are the modes whose data plane is a stock wireguard-go process.
+var refModes = []Mode{ModeReference, ModeSystemRef}
+
+// isAgentMode reports whether m's data plane is a vpn-agent process.
+func isAgentMode(m Mode) bool { return slices.Contains(agentModes, m) }
 
 // ParseModes parses a comma-separated mode list.
 func ParseModes(s string) ([]Mode, error) {
@@ -40,7 +59,7 @@ func ParseModes(s string) ([]Mode, error) {
 			continue
 		}
 		if !slices.Contains(AllModes, m) {
-			return nil, fmt.Errorf("--modes: unknown mode %q (use direct, tunnel, tunnel+policy, reference)", m)
+			return nil, fmt.Errorf("--modes: unknown mode %q (use %s)", m, modeList())
 		}
 		if slices.Contains(out, m) {
 			return nil, fmt.Errorf("--modes: %q given twice", m)
@@ -51,6 +70,14 @@ func ParseModes(s string) ([]Mode, error) {
 		return nil, fmt.Errorf("--modes: no mode given")
 	}
 	return out, nil
+}
+
+func modeList() string {
+	var out []string
+	for _, m := range AllModes {
+		out = append(out, string(m))
+	}
+	return strings.Join(out, ", ")
 }
 
 // Kind is what a workload measures.
@@ -86,6 +113,9 @@ type Workload struct {
 
 // UpDownWorkload is the name of the up/down timing in summaries.
 const UpDownWorkload = "updown"
+
+// ScaleWorkload is the name of the many-namespaces workload.
+const ScaleWorkload = "scale"
 
 // PacedSuffix ends the names of the paced TCP workloads.
 const PacedSuffix = "-paced"
@@ -130,14 +160,14 @@ func loadName(proto string, streams int, reverse bool) string {
 
 // FilterWorkloads keeps the named workloads (all if names is empty);
 // unknown names are an error. UpDownWorkload and FailoverWorkload are
-// accepted and ignored here.
+// accepted and ignored here, as is ScaleWorkload.
 func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
 	if len(names) == 0 {
 		return all, nil
 	}
 	var out []Workload
 	for _, n := range names {
-		if n == UpDownWorkload || n == FailoverWorkload {
+		if n == UpDownWorkload || n == FailoverWorkload || n == ScaleWorkload {
 			continue
 		}
 		i := slices.IndexFunc(all, func(w Workload) bool { return w.Name == n })
@@ -150,7 +180,7 @@ func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
 			if strings.HasSuffix(n, PacedSuffix) {
 				hint = "; the paced workloads need --pace, e.g. --pace 800M"
 			}
-			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s, %s)%s", n, strings.Join(known, ", "), UpDownWorkload, FailoverWorkload, hint)
+			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s, %s, %s)%s", n, strings.Join(known, ", "), UpDownWorkload, FailoverWorkload, ScaleWorkload, hint)
 		}
 		out = append(out, all[i])
 	}

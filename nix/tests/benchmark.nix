@@ -13,6 +13,13 @@
 # is whole-guest CPU from /proc/stat (it includes the local peer and the test
 # overhead). One short run is no throughput guarantee.
 #
+# The tunnel modes run `vpn-agent run` (the vpn-agent package, on PATH) as
+# its own process; the reference is stock wireguard-go of the module
+# version the agent embeds (vpn-bench-wireguard-go, built by the vpn-bench
+# package from the vendored module). The scale workload brings 20 (quick)
+# or 100 (sustained) namespaces up, each its own `vpn-agent run`, against
+# one local peer.
+#
 # The failover workload (issue 13) is one of the default workloads, so both
 # profiles run it: a pool of two local providers (userspace helper
 # processes), `vpn-agent run` (vpn-bench re-executed as the agent's CLI,
@@ -39,12 +46,14 @@ pkgs.testers.runNixOSTest {
     {
       virtualisation = {
         cores = 2;
-        memorySize = 2048;
+        # sustained: 100 agents of the scale workload at once.
+        memorySize = if profile == "sustained" then 4096 else 2048;
       };
       boot.kernelModules = [ "wireguard" ];
       services.timesyncd.enable = false;
       environment.systemPackages = with pkgs; [
         vpn-bench
+        vpn-agent
         iperf3
         iproute2
         iputils
