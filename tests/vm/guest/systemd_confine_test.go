@@ -597,10 +597,12 @@ func TestSystemdConfinement(t *testing.T) {
 		}
 		// A process put into the namespace behind systemd's back, trying the host's
 		// resolver, the endpoint and the tunnel all the time.
-		orphan := exec.Command("nsenter", "--net=/run/netns/"+f.name, "/bin/bash", "-c",
+		// testbed.Start holds the forking thread until the orphan exits: with a plain
+		// Start, Pdeathsig killed it whenever Go ended that thread (CI saw it once).
+		orphan := exec.Command("/bin/bash", "-c",
 			`while :; do echo x >/dev/udp/`+sdResolver.String()+`/53; echo y >/dev/udp/`+sdEndpoint.String()+`/7; (exec 3<>/dev/tcp/`+sdTunSrv.String()+`/7) 2>/dev/null; sleep 0.1; done`)
 		orphan.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := orphan.Start(); err != nil {
+		if err := testbed.Start(f.name, orphan); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { orphan.Process.Kill(); orphan.Wait() })
