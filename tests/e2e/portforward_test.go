@@ -282,8 +282,13 @@ func TestPortForwarding(t *testing.T) {
 			t.Fatalf("the agent did not notice the gateway's restart within 15 s:\n%s", c.d.Output())
 		}
 	}
-	st = c.waitForwarded(t, anyPort, "mapped", 10*time.Second)
-	if r := harness.Eventually(10*time.Second, func() probe.Result { return c.fromInternet(int(st.ForwardedPort)) }); !r.Reached() {
+	// The log line comes before the round's new status: read the status
+	// again on every try, so the probe goes to the port the agent holds now.
+	r := harness.Eventually(15*time.Second, func() probe.Result {
+		st = c.waitForwarded(t, anyPort, "mapped", 10*time.Second)
+		return c.fromInternet(int(st.ForwardedPort))
+	})
+	if !r.Reached() {
 		t.Fatalf("after the gateway's restart the internet does not reach port %d: %v", st.ForwardedPort, r)
 	}
 
