@@ -137,7 +137,7 @@ rec {
     import urllib.parse
     ${pyHandler}
 
-    swarms = {}
+    swarms: dict[bytes, set[tuple[str, int]]] = {}
 
 
     class Tracker(Handler):
