@@ -228,7 +228,30 @@ let
 
   # ---- option types -----------------------------------------------------------
 
-  secretPathType = types.nullOr types.str;
+  # Options unset by default: null, or an empty list. For an agent field
+  # the generated JSON then leaves it out (clean) and the agent's default
+  # applies.
+  nullOption =
+    type: attrs:
+    mkOption (
+      {
+        type = types.nullOr type;
+        default = null;
+      }
+      // attrs
+    );
+  listOption =
+    type: attrs:
+    mkOption (
+      {
+        type = types.listOf type;
+        default = [ ];
+      }
+      // attrs
+    );
+
+  # A runtime path, a plain string so it is never copied to the store.
+  secretPathType = types.str;
 
   protocolOption = mkOption {
     type = types.enum [
@@ -248,9 +271,7 @@ let
         example = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=";
         description = "The peer's base64 public key (44 characters).";
       };
-      presharedKeyFile = mkOption {
-        type = secretPathType;
-        default = null;
+      presharedKeyFile = nullOption secretPathType {
         example = "/run/secrets/vpn-psk";
         description = ''
           Runtime path of a file holding the base64 preshared key (mode 0600).
@@ -276,9 +297,7 @@ let
           other way out.
         '';
       };
-      persistentKeepalive = mkOption {
-        type = types.nullOr (types.ints.between 0 65535);
-        default = null;
+      persistentKeepalive = nullOption (types.ints.between 0 65535) {
         example = 25;
         description = "Keepalive interval in seconds (`null`: off).";
       };
@@ -299,9 +318,7 @@ let
   # portForwarding.transmission / .qbittorrent: where the agent sets the
   # application's listening port.
   appPushOptions = app: url: {
-    url = mkOption {
-      type = types.nullOr types.str;
-      default = null;
+    url = nullOption types.str {
       example = url;
       description = ''
         URL of ${app}'s API, dialled from inside the namespace (the confined
@@ -309,9 +326,7 @@ let
         agent does not tell ${app}.
       '';
     };
-    credentialsFile = mkOption {
-      type = secretPathType;
-      default = null;
+    credentialsFile = nullOption secretPathType {
       example = "/run/secrets/${app}-rpc";
       description = ''
         Runtime path of a file holding one line `username:password` for
@@ -357,9 +372,7 @@ let
           '';
         };
 
-        interface = mkOption {
-          type = types.nullOr types.str;
-          default = null;
+        interface = nullOption types.str {
           example = "wg-proton";
           description = ''
             Name of the WireGuard interface (at most 15 characters).
@@ -368,9 +381,7 @@ let
         };
 
         wireguard = {
-          configFile = mkOption {
-            type = secretPathType;
-            default = null;
+          configFile = nullOption secretPathType {
             example = "/run/secrets/proton.conf";
             description = ''
               Runtime path of a wg-quick file (it holds the private key, so it is
@@ -380,9 +391,7 @@ let
               Set this, {option}`configFiles` or {option}`privateKeyFile`.
             '';
           };
-          configFiles = mkOption {
-            type = types.listOf types.str;
-            default = [ ];
+          configFiles = listOption types.str {
             example = [
               "/run/secrets/proton-ch.conf"
               "/run/secrets/proton-nl.conf"
@@ -395,9 +404,7 @@ let
               {option}`addresses` or {option}`peers`.
             '';
           };
-          privateKeyFile = mkOption {
-            type = secretPathType;
-            default = null;
+          privateKeyFile = nullOption secretPathType {
             example = "/run/secrets/proton.key";
             description = ''
               Runtime path of a file holding the base64 private key (as written
@@ -405,39 +412,29 @@ let
               Overrides the wg-quick file's key.
             '';
           };
-          addresses = mkOption {
-            type = types.listOf types.str;
-            default = [ ];
+          addresses = listOption types.str {
             example = [
               "10.2.0.2/32"
               "fd00::2/128"
             ];
             description = "Tunnel addresses (CIDR). Override the wg-quick file's `Address =`.";
           };
-          mtu = mkOption {
-            type = types.nullOr (types.ints.between 576 9000);
-            default = null;
+          mtu = nullOption (types.ints.between 576 9000) {
             example = 1280;
             description = ''
               Tunnel MTU (`null`: the file's, else 1420). Lower it on small
               uplinks (uplink MTU minus 80). Below 1280 only with IPv6 blocked.
             '';
           };
-          listenPort = mkOption {
-            type = types.nullOr types.port;
-            default = null;
+          listenPort = nullOption types.port {
             example = 51820;
             description = "UDP port of the tunnel socket on the host (`null`: random).";
           };
-          fwMark = mkOption {
-            type = types.nullOr types.ints.u32;
-            default = null;
+          fwMark = nullOption types.ints.u32 {
             example = 51820;
             description = "Firewall mark on the tunnel's encrypted packets (`null`: none).";
           };
-          peers = mkOption {
-            type = types.listOf (types.submodule peerModule);
-            default = [ ];
+          peers = listOption (types.submodule peerModule) {
             example = literalExpression ''
               [ {
                 publicKey = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=";
@@ -478,24 +475,18 @@ let
               through the tunnel (for a resolver of your own in the namespace).
             '';
           };
-          servers = mkOption {
-            type = types.listOf types.str;
-            default = [ ];
+          servers = listOption types.str {
             example = [ "10.2.0.1" ];
             description = "Resolvers inside the tunnel (at most 3). Override the file's `DNS =`.";
           };
-          search = mkOption {
-            type = types.listOf types.str;
-            default = [ ];
+          search = listOption types.str {
             example = [ "internal.example" ];
             description = "Search domains written to the namespace's resolv.conf.";
           };
         };
 
         health.probe = {
-          address = mkOption {
-            type = types.nullOr types.str;
-            default = null;
+          address = nullOption types.str {
             example = "10.2.0.1:53";
             description = ''
               An address beyond the tunnel that the agent probes through it:
@@ -504,23 +495,17 @@ let
               WireGuard's handshakes only.
             '';
           };
-          interval = mkOption {
-            type = types.nullOr types.str;
-            default = null;
+          interval = nullOption types.str {
             example = "30s";
             description = "Time between probes, a Go duration of 1s–1h (`null`: 30s).";
           };
-          failures = mkOption {
-            type = types.nullOr (types.ints.between 1 100);
-            default = null;
+          failures = nullOption (types.ints.between 1 100) {
             example = 3;
             description = "Failed probes in a row that make the tunnel dead (`null`: 3).";
           };
         };
 
-        metrics.listen = mkOption {
-          type = types.nullOr types.str;
-          default = null;
+        metrics.listen = nullOption types.str {
           example = "127.0.0.1:9586";
           description = ''
             Where the agent serves `/metrics` (Prometheus), `/healthz` (200
@@ -531,9 +516,7 @@ let
           '';
         };
 
-        memory.packetBuffers = mkOption {
-          type = types.nullOr types.ints.unsigned;
-          default = null;
+        memory.packetBuffers = nullOption types.ints.unsigned {
           example = 128;
           description = ''
             Userspace backend only: how many packets per direction the
@@ -551,9 +534,7 @@ let
           '';
         };
 
-        openPorts = mkOption {
-          type = types.listOf (types.submodule portModule);
-          default = [ ];
+        openPorts = listOption (types.submodule portModule) {
           example = literalExpression ''[ { port = 51413; protocol = "both"; } ]'';
           description = ''
             Ports on the tunnel address that accept new inbound connections
@@ -572,9 +553,7 @@ let
             `vpn_confinement_forwarded_port`
           '';
           natpmp = {
-            gateway = mkOption {
-              type = types.nullOr types.str;
-              default = null;
+            gateway = nullOption types.str {
               example = "10.2.0.1";
               description = ''
                 IPv4 address of the NAT-PMP gateway, inside the tunnel. `null`:
@@ -595,9 +574,7 @@ let
                 {option}`internalPort`.
               '';
             };
-            internalPort = mkOption {
-              type = types.nullOr types.port;
-              default = null;
+            internalPort = nullOption types.port {
               example = 51413;
               description = ''
                 `rfc` style: the application's listening port, asked as the
@@ -609,9 +586,7 @@ let
               example = "tcp";
               description = "Protocols to map: `both`, `tcp` or `udp`.";
             };
-            lifetime = mkOption {
-              type = types.nullOr types.str;
-              default = null;
+            lifetime = nullOption types.str {
               example = "120s";
               description = ''
                 Requested lease, a Go duration of 10s–1h (`null`: 60s). The
@@ -622,9 +597,7 @@ let
           };
           transmission = appPushOptions "transmission" "http://127.0.0.1:9091/transmission/rpc";
           qbittorrent = appPushOptions "qbittorrent" "http://127.0.0.1:8080";
-          onChange = mkOption {
-            type = types.listOf types.str;
-            default = [ ];
+          onChange = listOption types.str {
             example = literalExpression ''[ "''${pkgs.writeShellScript "port-changed" "echo $VPN_FORWARDED_PORT"}" ]'';
             description = ''
               A command (argv, no shell) the agent runs inside the namespace
@@ -641,21 +614,15 @@ let
             inbound connections to {option}`portMappings` and their replies
             (for web UIs)
           '';
-          hostAddress = mkOption {
-            type = types.nullOr types.str;
-            default = null;
+          hostAddress = nullOption types.str {
             example = "10.200.1.1/30";
             description = "Host side of the link (CIDR, IPv4, /8–/30). Each namespace needs its own subnet.";
           };
-          namespaceAddress = mkOption {
-            type = types.nullOr types.str;
-            default = null;
+          namespaceAddress = nullOption types.str {
             example = "10.200.1.2/30";
             description = "Namespace side of the link, in the same subnet as {option}`hostAddress`.";
           };
-          accessibleFrom = mkOption {
-            type = types.listOf types.str;
-            default = [ ];
+          accessibleFrom = listOption types.str {
             example = [ "192.168.1.0/24" ];
             description = ''
               IPv4 sources (CIDRs) allowed to use the port mappings. Never a
@@ -663,9 +630,7 @@ let
               servers or the WireGuard endpoint.
             '';
           };
-          portMappings = mkOption {
-            type = types.listOf (types.submodule portMappingModule);
-            default = [ ];
+          portMappings = listOption (types.submodule portMappingModule) {
             example = literalExpression ''[ { from = 9091; to = 9091; } ]'';
             description = "Host ports forwarded to namespace ports. A host port may be mapped once across all namespaces.";
           };
@@ -882,18 +847,14 @@ in
               host-link veth when enabled), and names resolve only through the
               tunnel's resolvers
             '';
-            namespace = mkOption {
-              type = types.nullOr types.str;
-              default = null;
+            namespace = nullOption types.str {
               example = "proton";
               description = ''
                 Name of a namespace in `services.vpnConfinement.namespaces`.
                 `null` selects the only namespace when exactly one is defined.
               '';
             };
-            restartWithAgent = mkOption {
-              type = types.nullOr types.bool;
-              default = null;
+            restartWithAgent = nullOption types.bool {
               example = false;
               description = ''
                 Start the service with the agent (the agent's `Wants=`): at

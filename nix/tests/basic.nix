@@ -1,10 +1,7 @@
 # A confined service reaches the target only through the tunnel; an
 # unconfined one is unaffected; the namespace holds nothing but lo and the
 # tunnel.
-{ pkgs, common }:
-let
-  inherit (common) net;
-in
+{ pkgs, common, net }:
 common.mkTest {
   name = "basic";
 

@@ -73,16 +73,34 @@ rec {
       // lib.optionalAttrs (mtu != null) { inherit mtu; };
     };
 
-  echoServer = pkgs.writeText "echo-server.py" ''
-    # GET /      -> "client=<source address>"
-    # GET /blob  -> the bytes of /srv/www/blob
+  # The base of the provider's HTTP servers below: a 200 reply with a body,
+  # and each request logged with the client's address.
+  pyHandler = ''
     import http.server
-    import socket
-    import socketserver
     import sys
 
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        def reply(self, content_type, body):
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, fmt, *args):
+            sys.stderr.write("%s %s\n" % (self.client_address[0], fmt % args))
+            sys.stderr.flush()
+  '';
+
+  echoServer = pkgs.writeText "echo-server.py" ''
+    # GET /      -> "client=<source address>"
+    # GET /blob  -> the bytes of /srv/www/blob
+    import socket
+    import socketserver
+    ${pyHandler}
+
+    class Echo(Handler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self):
@@ -94,15 +112,7 @@ rec {
                     body = f.read()
             else:
                 body = ("client=%s\n" % client).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, fmt, *args):
-            sys.stderr.write("%s %s\n" % (self.client_address[0], fmt % args))
-            sys.stderr.flush()
+            self.reply("application/octet-stream", body)
 
 
     class Server(http.server.ThreadingHTTPServer):
@@ -116,22 +126,21 @@ rec {
             self.server_port = self.server_address[1]
 
 
-    Server(("::", 80), Handler).serve_forever()
+    Server(("::", 80), Echo).serve_forever()
   '';
 
   # A minimal HTTP tracker: remembers who announced (source address as seen
   # by the tracker, announced port) per info_hash and hands out the others.
   tracker = pkgs.writeText "tracker.py" ''
-    import http.server
     import socket
     import struct
-    import sys
     import urllib.parse
+    ${pyHandler}
 
-    swarms = {}
+    swarms: dict[bytes, set[tuple[str, int]]] = {}
 
 
-    class Tracker(http.server.BaseHTTPRequestHandler):
+    class Tracker(Handler):
         def do_GET(self):
             url = urllib.parse.urlsplit(self.path)
             if url.path != "/announce":
@@ -154,41 +163,44 @@ rec {
                 if (a, p) != (ip, port)
             )
             body = b"d8:intervali5e5:peers" + str(len(peers)).encode() + b":" + peers + b"e"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, fmt, *args):
-            sys.stderr.write("%s %s\n" % (self.client_address[0], fmt % args))
+            self.reply("text/plain", body)
 
 
     http.server.ThreadingHTTPServer(("0.0.0.0", 6969), Tracker).serve_forever()
   '';
 
-  dnsmasq =
+  # A resolver on the provider: dnsmasq on `listen` answering only
+  # `records` (--address=/name/ip), started at boot; the caller adds what
+  # it must wait for.
+  dnsmasqService =
     {
       listen,
       records,
     }:
-    lib.concatStringsSep " " (
-      [
-        "${pkgs.dnsmasq}/bin/dnsmasq"
-        "--keep-in-foreground"
-        "--conf-file=/dev/null"
-        "--no-resolv"
-        "--no-hosts"
-        "--bind-dynamic"
-        "--listen-address=${listen}"
-        "--user=nobody"
-        "--group=nogroup"
-        "--pid-file=/run/dnsmasq-${listen}.pid"
-        "--log-queries"
-        "--log-facility=-"
-      ]
-      ++ map (r: "--address=${r}") records
-    );
+    {
+      wantedBy = [ "multi-user.target" ];
+      serviceConfig = {
+        ExecStart = lib.concatStringsSep " " (
+          [
+            "${pkgs.dnsmasq}/bin/dnsmasq"
+            "--keep-in-foreground"
+            "--conf-file=/dev/null"
+            "--no-resolv"
+            "--no-hosts"
+            "--bind-dynamic"
+            "--listen-address=${listen}"
+            "--user=nobody"
+            "--group=nogroup"
+            "--pid-file=/run/dnsmasq-${listen}.pid"
+            "--log-queries"
+            "--log-facility=-"
+          ]
+          ++ map (r: "--address=${r}") records
+        );
+        Restart = "on-failure";
+        RestartSec = 1;
+      };
+    };
 
   # The provider node. wgMtu/uplinkMtu: null = defaults (1420/1500).
   provider =
@@ -264,36 +276,28 @@ rec {
       };
       services.iperf3.enable = true;
 
-      systemd.services.dns-tunnel = {
-        wantedBy = [ "multi-user.target" ];
-        requires = [ "wireguard-wg0.service" ];
-        after = [ "wireguard-wg0.service" ];
-        serviceConfig = {
-          ExecStart = dnsmasq {
-            listen = net.tunProvider;
-            records = [
-              "/target.vpn.test/${net.target}"
-              "/target.vpn.test/${net.target6}"
-              "/tracker.vpn.test/${net.tunProvider}"
-            ];
-          };
-          Restart = "on-failure";
-          RestartSec = 1;
+      systemd.services.dns-tunnel =
+        dnsmasqService {
+          listen = net.tunProvider;
+          records = [
+            "/target.vpn.test/${net.target}"
+            "/target.vpn.test/${net.target6}"
+            "/tracker.vpn.test/${net.tunProvider}"
+          ];
+        }
+        // {
+          requires = [ "wireguard-wg0.service" ];
+          after = [ "wireguard-wg0.service" ];
         };
-      };
-      systemd.services.dns-uplink = {
-        wantedBy = [ "multi-user.target" ];
-        wants = [ "network-online.target" ];
-        after = [ "network-online.target" ];
-        serviceConfig = {
-          ExecStart = dnsmasq {
-            listen = net.provider;
-            records = [ "/vpn.test/${net.leakAnswer}" ];
-          };
-          Restart = "on-failure";
-          RestartSec = 1;
+      systemd.services.dns-uplink =
+        dnsmasqService {
+          listen = net.provider;
+          records = [ "/vpn.test/${net.leakAnswer}" ];
+        }
+        // {
+          wants = [ "network-online.target" ];
+          after = [ "network-online.target" ];
         };
-      };
 
       systemd.services.tracker = {
         wantedBy = [ "multi-user.target" ];

@@ -2,7 +2,14 @@
 { pkgs }:
 let
   common = import ./common.nix { inherit pkgs; };
-  test = file: import file { inherit pkgs common; };
+  # Each test file is a function of pkgs, common and the topology's
+  # addresses (common.net), which every test uses.
+  test =
+    file:
+    import file {
+      inherit pkgs common;
+      inherit (common) net;
+    };
 in
 {
   basic = test ./basic.nix;

@@ -1,9 +1,6 @@
 # With nscd running (the NixOS default), a confined `getent` resolves
 # through the tunnel's resolver; no DNS leaves on the host's uplink.
-{ pkgs, common }:
-let
-  inherit (common) net;
-in
+{ pkgs, common, net }:
 common.mkTest {
   name = "dns";
 

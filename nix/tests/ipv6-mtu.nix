@@ -1,9 +1,6 @@
 # 256 KiB over IPv6 through a WireGuard interface with MTU 1280 (the IPv6
 # minimum). This proves a small-MTU transfer, not every ICMP/PMTU failure.
-{ pkgs, common }:
-let
-  inherit (common) net;
-in
+{ pkgs, common, net }:
 common.mkTest {
   name = "ipv6-mtu";
 

@@ -1,10 +1,7 @@
 # With the tunnel broken the confined service reaches nothing and nothing
 # of it appears on the uplink; a crashed agent leaves the kill switch in
 # place; stopping the agent stops the confined services (BindsTo=).
-{ pkgs, common }:
-let
-  inherit (common) net;
-in
+{ pkgs, common, net }:
 common.mkTest {
   name = "killswitch";
 

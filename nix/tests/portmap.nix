@@ -1,9 +1,8 @@
 # Host link: a LAN client in accessibleFrom reaches a confined web server
 # through a mapped host port; a LAN machine outside accessibleFrom cannot;
 # the namespace cannot open connections over the host link.
-{ pkgs, common }:
+{ pkgs, common, net }:
 let
-  inherit (common) net;
   webRoot = pkgs.writeTextDir "index.html" "confined-web-ok\n";
   lanRoot = pkgs.writeTextDir "index.html" "lan-web\n";
 in

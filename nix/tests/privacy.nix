@@ -2,9 +2,8 @@
 # stock NixOS module), confined, downloads a torrent created in the test from
 # a seeder and tracker on the provider, through the tunnel. The uplink MTU is
 # 1300 and the WireGuard MTU 1200 (IPv4): a small-underlay configuration.
-{ pkgs, common }:
+{ pkgs, common, net }:
 let
-  inherit (common) net;
   torrentSettings = {
     dht-enabled = false;
     lpd-enabled = false;

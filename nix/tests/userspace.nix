@@ -1,9 +1,9 @@
 # The basic scenario with backend = "userspace" (wireguard-go in the agent)
 # on a host where the wireguard kernel module cannot be loaded, configured
 # from a wg-quick file.
-{ pkgs, common }:
+{ pkgs, common, net }:
 let
-  inherit (common) net keys;
+  inherit (common) keys;
   wgQuick = ''
     [Interface]
     PrivateKey = ${keys.host.private}
