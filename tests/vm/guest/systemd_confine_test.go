@@ -606,7 +606,7 @@ func TestSystemdConfinement(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { orphan.Process.Kill(); orphan.Wait() })
-		oldNS := inode(t, names.Netns(f.name))
+		oldNS := harness.Inode(t, names.Netns(f.name))
 		up := f.uplinkCapture(t)
 		agentPid := propInt(t, f.agent, "MainPID")
 		t0 := time.Now()
@@ -629,7 +629,7 @@ func TestSystemdConfinement(t *testing.T) {
 			t.Fatalf("the orphan died")
 		}
 		pns := fmt.Sprintf("/proc/%d/ns/net", orphan.Process.Pid)
-		if inode(t, pns) != oldNS || inode(t, names.Netns(f.name)) == oldNS {
+		if harness.Inode(t, pns) != oldNS || harness.Inode(t, names.Netns(f.name)) == oldNS {
 			t.Errorf("the orphan should be in the old namespace, and the restarted agent in a new one")
 		}
 		links := run(t, "nsenter", "--net="+pns, "ip", "-o", "link", "show")
@@ -825,15 +825,6 @@ for s in /run/systemd/resolve/io.systemd.Resolve /run/systemd/resolve/io.systemd
 	[ ! -e $s ] || mount --bind /dev/null $s
 done
 exec "$@"`
-
-func inode(t *testing.T, path string) uint64 {
-	t.Helper()
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Sys().(*syscall.Stat_t).Ino
-}
 
 // dnsCheck: with the host resolver daemon `what` (nscd or resolved) running,
 //   - a confined `getent hosts` resolves through the tunnel (the tunnel's answer, its query in
