@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
@@ -155,15 +154,10 @@ func TestResolverMasksSurvive(t *testing.T) {
 			execCmd.Process.Kill()
 			execCmd.Wait()
 		}
-		// testbed.Start holds the forking thread until exec's sleep exits: with a plain
-		// Start, Pdeathsig killed it whenever Go ended that thread. It starts the child in
-		// a named namespace; nsenter takes it back to the host's (PID 1's), so that
-		// vpn-agent exec itself enters the confined one, as when an admin runs it.
+		// startInNetns starts it in f's namespace; nsenter takes it back to the host's
+		// (PID 1's), so that vpn-agent exec itself enters f's, as when an admin runs it.
 		execCmd = exec.Command("nsenter", "--net=/proc/1/ns/net", agentBin, "exec", f.name, "--", "sleep", "600")
-		execCmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := testbed.Start(f.name, execCmd); err != nil {
-			t.Fatal(err)
-		}
+		f.startInNetns(t, execCmd)
 		// exec replaces itself with sleep once the mounts are made: wait for that.
 		pid := execCmd.Process.Pid
 		if !waitFor(10*time.Second, func() bool {
