@@ -158,21 +158,12 @@ func jsonElem(t *testing.T, raw json.RawMessage) string {
 	return ""
 }
 
-// expectedSets renders the Ruleset's set elements as nft prints them.
+// expectedSets is the Ruleset's set elements as Render writes them
+// (sorted), what nft must list once Apply loaded them.
 func expectedSets(r *policy.Ruleset) map[string][]string {
 	out := map[string][]string{}
 	for _, s := range r.Sets {
-		elems := []string{}
-		for _, p := range s.Addrs {
-			if p.IsSingleIP() {
-				elems = append(elems, p.Addr().String())
-			} else {
-				elems = append(elems, p.String())
-			}
-		}
-		for _, p := range s.Ports {
-			elems = append(elems, strconv.Itoa(int(p)))
-		}
+		elems := append([]string{}, policy.SetElements(&s)...)
 		slices.Sort(elems)
 		out[s.Name] = elems
 	}

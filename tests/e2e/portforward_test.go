@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,27 +131,19 @@ func (s *site) forwardedPort() uint16 {
 	return uint16(p)
 }
 
-// echoIn serves TCP echo on port in namespace ns (every address), as the
-// application listening on the forwarded port would.
+// echoIn serves TCP echo on port in namespace ns (every IPv4 address), as
+// the application listening on the forwarded port would: the testbed's
+// echo server, in this process.
 func echoIn(t *testing.T, ns string, port int) {
 	t.Helper()
-	var ln net.Listener
+	var p *provider.Provider
 	if err := testbed.Do(ns, func() (err error) {
-		ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+		p, err = provider.Start(&provider.Config{TCPEcho: []string{fmt.Sprintf("0.0.0.0:%d", port)}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
+	t.Cleanup(func() { p.Close() })
 }
 
 // fromInternet is a TCP echo probe from the "internet" to the provider's

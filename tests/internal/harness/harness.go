@@ -155,11 +155,18 @@ func Mounted(name string) bool {
 // from inside ("net:[4026532...]").
 func NetnsInode(t testing.TB, name string) string {
 	t.Helper()
+	return fmt.Sprintf("net:[%d]", Inode(t, names.Netns(name)))
+}
+
+// Inode is the inode number of the file at path (links followed: for
+// /proc/PID/ns/net, the namespace's).
+func Inode(t testing.TB, path string) uint64 {
+	t.Helper()
 	var st unix.Stat_t
-	if err := unix.Stat(names.Netns(name), &st); err != nil {
+	if err := unix.Stat(path, &st); err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("net:[%d]", st.Ino)
+	return st.Ino
 }
 
 // NFT loads an nft script into namespace ns.

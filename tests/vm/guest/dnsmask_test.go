@@ -154,11 +154,10 @@ func TestResolverMasksSurvive(t *testing.T) {
 			execCmd.Process.Kill()
 			execCmd.Wait()
 		}
-		execCmd = exec.Command(agentBin, "exec", f.name, "--", "sleep", "600")
-		execCmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := execCmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		// startInNetns starts it in f's namespace; nsenter takes it back to the host's
+		// (PID 1's), so that vpn-agent exec itself enters f's, as when an admin runs it.
+		execCmd = exec.Command("nsenter", "--net=/proc/1/ns/net", agentBin, "exec", f.name, "--", "sleep", "600")
+		f.startInNetns(t, execCmd)
 		// exec replaces itself with sleep once the mounts are made: wait for that.
 		pid := execCmd.Process.Pid
 		if !waitFor(10*time.Second, func() bool {

@@ -226,6 +226,17 @@ func (f *sdFixture) startProc(name string, cfg *provider.Config) *harness.Proces
 	return p
 }
 
+// startInNetns starts cmd in f's namespace, killed when the test binary dies (Pdeathsig);
+// stop and wait for it as usual. testbed.Start holds the forking thread until cmd exits:
+// with a plain Start, Pdeathsig killed it whenever Go ended that thread (CI saw it once).
+func (f *sdFixture) startInNetns(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := testbed.Start(f.name, cmd); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *sdFixture) cleanup() {
 	defer f.hostResolver(f.t, "")
 	units := []string{f.pre, f.loop, f.agent}
@@ -597,16 +608,11 @@ func TestSystemdConfinement(t *testing.T) {
 		}
 		// A process put into the namespace behind systemd's back, trying the host's
 		// resolver, the endpoint and the tunnel all the time.
-		// testbed.Start holds the forking thread until the orphan exits: with a plain
-		// Start, Pdeathsig killed it whenever Go ended that thread (CI saw it once).
 		orphan := exec.Command("/bin/bash", "-c",
 			`while :; do echo x >/dev/udp/`+sdResolver.String()+`/53; echo y >/dev/udp/`+sdEndpoint.String()+`/7; (exec 3<>/dev/tcp/`+sdTunSrv.String()+`/7) 2>/dev/null; sleep 0.1; done`)
-		orphan.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := testbed.Start(f.name, orphan); err != nil {
-			t.Fatal(err)
-		}
+		f.startInNetns(t, orphan)
 		t.Cleanup(func() { orphan.Process.Kill(); orphan.Wait() })
-		oldNS := inode(t, names.Netns(f.name))
+		oldNS := harness.Inode(t, names.Netns(f.name))
 		up := f.uplinkCapture(t)
 		agentPid := propInt(t, f.agent, "MainPID")
 		t0 := time.Now()
@@ -629,7 +635,7 @@ func TestSystemdConfinement(t *testing.T) {
 			t.Fatalf("the orphan died")
 		}
 		pns := fmt.Sprintf("/proc/%d/ns/net", orphan.Process.Pid)
-		if inode(t, pns) != oldNS || inode(t, names.Netns(f.name)) == oldNS {
+		if harness.Inode(t, pns) != oldNS || harness.Inode(t, names.Netns(f.name)) == oldNS {
 			t.Errorf("the orphan should be in the old namespace, and the restarted agent in a new one")
 		}
 		links := run(t, "nsenter", "--net="+pns, "ip", "-o", "link", "show")
@@ -825,15 +831,6 @@ for s in /run/systemd/resolve/io.systemd.Resolve /run/systemd/resolve/io.systemd
 	[ ! -e $s ] || mount --bind /dev/null $s
 done
 exec "$@"`
-
-func inode(t *testing.T, path string) uint64 {
-	t.Helper()
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Sys().(*syscall.Stat_t).Ino
-}
 
 // dnsCheck: with the host resolver daemon `what` (nscd or resolved) running,
 //   - a confined `getent hosts` resolves through the tunnel (the tunnel's answer, its query in
