@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -19,6 +18,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
+	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
 )
 
 // The NAT-PMP lab, ProtonVPN's addressing on veths:
@@ -41,9 +41,7 @@ type pmpLab struct {
 // (Listen and Public filled in); everything goes at cleanup.
 func newPMPLab(t *testing.T, c provider.NATPMP) *pmpLab {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, nftables)")
-	}
+	testenv.NeedRoot(t, "network namespaces, nftables")
 	id, err := testbed.NewID(testbed.TopologyPrefix)
 	if err != nil {
 		t.Fatal(err)
