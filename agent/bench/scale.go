@@ -76,24 +76,21 @@ func (s *Scale) summarize() {
 		s.Last = Summarize(s.UpMs[len(s.UpMs)-s.Window:])
 		s.Growth = orZero(Ratio(s.First, s.Last))
 	}
-	var mib []float64
-	for _, k := range s.IdleRSSKiB {
-		mib = append(mib, float64(k)/1024)
-	}
-	s.IdleRSS = Summarize(mib)
-	mib = mib[:0]
-	for _, k := range s.IdleAnonKiB {
-		mib = append(mib, float64(k)/1024)
-	}
-	s.IdleAnon = Summarize(mib)
-	mib = mib[:0]
-	for _, k := range s.IdlePSSKiB {
-		mib = append(mib, float64(k)/1024)
-	}
-	s.IdlePSS = Summarize(mib)
+	s.IdleRSS = Summarize(kibToMiB(s.IdleRSSKiB))
+	s.IdleAnon = Summarize(kibToMiB(s.IdleAnonKiB))
+	s.IdlePSS = Summarize(kibToMiB(s.IdlePSSKiB))
 	s.Status = Summarize(s.StatusMs)
 	s.StatusOne = Summarize(s.StatusOneMs)
 	s.Down = Summarize(s.DownMs)
+}
+
+// kibToMiB converts figures in KiB to MiB.
+func kibToMiB(kib []int64) []float64 {
+	mib := make([]float64, len(kib))
+	for i, k := range kib {
+		mib[i] = float64(k) / 1024
+	}
+	return mib
 }
 
 // scaleTargets are issue 15's many-namespace targets, on this run's N.

@@ -12,18 +12,14 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
 )
 
+// needRoot skips unless a real bench run can go: root, iperf3, ip, nft.
 func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, nftables)")
-	}
-	for _, tool := range []string{"iperf3", "ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
+	testenv.NeedRoot(t, "network namespaces, nftables")
+	testenv.NeedTools(t, "iperf3", "ip", "nft")
 }
 
 // runSmoke runs a real, very short bench with o (its output in a

@@ -422,18 +422,11 @@ func (c *svg) scale(x, y, w, h float64, s *Scale) float64 {
 		num(s.Status.Median), num(s.Down.Median), s.DownAllMs, s.Window, num(s.First.Median), s.Window, num(s.Last.Median), s.Growth, s.IdleCPU))
 	y += 12
 	half := (w - 20) / 2
-	mib := func(ks []int64) []float64 {
-		out := make([]float64, len(ks))
-		for i, k := range ks {
-			out[i] = float64(k) / 1024
-		}
-		return out
-	}
 	b1 := c.line(x, y, half, h-28, "up (start to READY=1), ms", []curve{{"up", modeColor(ModePolicy), s.UpMs}}, 0)
 	b2 := c.line(x+half+20, y, half, h-28, "idle memory per agent, MiB (dashed: 10 MiB target)", []curve{
-		{"RSS", modeColor(ModeUnbounded), mib(s.IdleRSSKiB)},
-		{"PSS (shared pages split)", modeColor(ModeReference), mib(s.IdlePSSKiB)},
-		{"anonymous", modeColor(ModeDirect), mib(s.IdleAnonKiB)},
+		{"RSS", modeColor(ModeUnbounded), kibToMiB(s.IdleRSSKiB)},
+		{"PSS (shared pages split)", modeColor(ModeReference), kibToMiB(s.IdlePSSKiB)},
+		{"anonymous", modeColor(ModeDirect), kibToMiB(s.IdleAnonKiB)},
 	}, targetIdleRSSMiB)
 	return max(b1, b2)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -177,17 +179,14 @@ func verifyUp(name, iface string) error {
 	if !st.Loaded {
 		return fmt.Errorf("%s: kill switch not loaded after up", name)
 	}
-	h, err := netns.Handle(name)
+	err = testbed.WithLink(name, iface, func(_ *netlink.Handle, l netlink.Link) error {
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			return errors.New("link down")
+		}
+		return nil
+	})
 	if err != nil {
-		return err
-	}
-	defer h.Close()
-	l, err := h.LinkByName(iface)
-	if err != nil {
-		return fmt.Errorf("%s: tunnel %s missing after up: %w", name, iface, err)
-	}
-	if l.Attrs().Flags&1 == 0 { // net.FlagUp
-		return fmt.Errorf("%s: tunnel %s is down after up", name, iface)
+		return fmt.Errorf("%s: tunnel %s after up: %w", name, iface, err)
 	}
 	return nil
 }

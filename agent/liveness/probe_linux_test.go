@@ -10,6 +10,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
 )
 
 // TestProbe probes from inside a namespace of its own: a TCP listener and
@@ -17,9 +18,7 @@ import (
 // these two namespaces (so a probe that left from the host namespace
 // could not succeed).
 func TestProbe(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (namespaces)")
-	}
+	testenv.NeedRoot(t, "namespaces")
 	id, err := testbed.NewID("lv")
 	if err != nil {
 		t.Fatal(err)

@@ -76,7 +76,7 @@ func AddVeth(a, b End) error {
 // AddrUp adds addresses (IPv6 ones without DAD) to link in namespace ns
 // and sets it up.
 func AddrUp(ns, link string, addrs ...netip.Prefix) error {
-	return withLink(ns, link, func(h *netlink.Handle, l netlink.Link) error {
+	return WithLink(ns, link, func(h *netlink.Handle, l netlink.Link) error {
 		return addrUp(h, l, ns, addrs)
 	})
 }
@@ -119,8 +119,8 @@ func AddRoute(ns string, dst netip.Prefix, gw netip.Addr) error {
 	return nil
 }
 
-// withLink runs fn with a netlink handle in namespace ns and its link.
-func withLink(ns, link string, fn func(*netlink.Handle, netlink.Link) error) error {
+// WithLink runs fn with a netlink handle in namespace ns and its link.
+func WithLink(ns, link string, fn func(*netlink.Handle, netlink.Link) error) error {
 	h, err := netns.Handle(ns)
 	if err != nil {
 		return err
@@ -134,7 +134,7 @@ func withLink(ns, link string, fn func(*netlink.Handle, netlink.Link) error) err
 }
 
 func rename(ns, from, to string) error {
-	return withLink(ns, from, func(h *netlink.Handle, l netlink.Link) error {
+	return WithLink(ns, from, func(h *netlink.Handle, l netlink.Link) error {
 		if err := h.LinkSetName(l, to); err != nil {
 			return fmt.Errorf("rename %q to %q in %q: %w", from, to, ns, err)
 		}
@@ -144,7 +144,7 @@ func rename(ns, from, to string) error {
 
 // SetMTU sets link's MTU in namespace ns.
 func SetMTU(ns, link string, mtu int) error {
-	return withLink(ns, link, func(h *netlink.Handle, l netlink.Link) error {
+	return WithLink(ns, link, func(h *netlink.Handle, l netlink.Link) error {
 		if err := h.LinkSetMTU(l, mtu); err != nil {
 			return fmt.Errorf("mtu %d on %q in %q: %w", mtu, link, ns, err)
 		}
@@ -154,7 +154,7 @@ func SetMTU(ns, link string, mtu int) error {
 
 // RouteDev routes dst straight into link (scope link) in namespace ns.
 func RouteDev(ns, link string, dst netip.Prefix) error {
-	return withLink(ns, link, func(h *netlink.Handle, l netlink.Link) error {
+	return WithLink(ns, link, func(h *netlink.Handle, l netlink.Link) error {
 		rt := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: IPNet(dst), Scope: netlink.SCOPE_LINK}
 		if err := h.RouteReplace(rt); err != nil {
 			return fmt.Errorf("route %s dev %q in %q: %w", dst, link, ns, err)
@@ -165,7 +165,7 @@ func RouteDev(ns, link string, dst netip.Prefix) error {
 
 // MoveLink moves link from namespace from into namespace to.
 func MoveLink(from, link, to string) error {
-	return withLink(from, link, func(h *netlink.Handle, l netlink.Link) error {
+	return WithLink(from, link, func(h *netlink.Handle, l netlink.Link) error {
 		ns, err := netns.Open(to)
 		if err != nil {
 			return err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/natpmp"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
+	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
 )
 
 // The topology's provider with its NAT-PMP gateway, and a hand-made
@@ -21,9 +21,7 @@ import (
 // Endpoint4:P from the internet through the tunnel to the client's P,
 // and the replies go back the same way.
 func TestTopologyNATPMP(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, WireGuard, nftables)")
-	}
+	testenv.NeedRoot(t, "network namespaces, WireGuard, nftables")
 	tp, err := BuildTopology()
 	if err != nil {
 		t.Fatal(err)

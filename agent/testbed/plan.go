@@ -11,6 +11,7 @@ const (
 	RoleInet     = 'i' // the "internet": uplink router, decoys
 	RoleLAN      = 'l' // a LAN host behind the host
 	RoleProv     = 'p' // the VPN provider's server
+	RoleProv2    = 'q' // a pool's second provider (AddProvider2)
 	RoleConfined = 'c' // default name for the agent's confined namespace
 )
 
@@ -21,6 +22,7 @@ const (
 	HostLANIf    = "lan0" // host -> lan
 	InetHostIf   = "dn0"  // inet -> host
 	InetProvIf   = "pv0"  // inet -> prov
+	InetProv2If  = "pv1"  // inet -> prov2
 	InetDecoyIf  = "lo"   // holds the decoy addresses (no dummy module needed)
 	ProvUplinkIf = "up0"  // prov -> inet
 	LANIf        = "eth0" // lan -> host
@@ -41,6 +43,10 @@ var (
 	Endpoint4     = netip.MustParseAddr("198.18.2.2")
 	InetProvSide6 = netip.MustParseAddr("fd00:2::1")
 	Endpoint6     = netip.MustParseAddr("fd00:2::2")
+
+	// inet <-> prov2 (198.18.4.0/24); Endpoint2 is its WireGuard endpoint.
+	InetProv2Side4 = netip.MustParseAddr("198.18.4.1")
+	Endpoint2      = netip.MustParseAddr("198.18.4.2")
 
 	// host <-> lan (198.18.3.0/24, fd00:3::/64)
 	HostLAN4 = netip.MustParseAddr("198.18.3.1")
@@ -67,6 +73,16 @@ var (
 	ClientTunnel4 = netip.MustParseAddr("198.19.66.2")
 	ProvTunnel6   = netip.MustParseAddr("fd66::1")
 	ClientTunnel6 = netip.MustParseAddr("fd66::2")
+
+	// The second provider's tunnel: its own addresses and resolver (which
+	// answers TargetName with Prov2Tunnel4, so an answer names the
+	// provider that gave it).
+	Prov2Tunnel4   = netip.MustParseAddr("198.19.77.1")
+	Client2Tunnel4 = netip.MustParseAddr("198.19.77.2")
+
+	// PoolProbe4 is on the tunnel side of every provider of a pool (TCP
+	// echo on EchoPort): a probe target each server answers.
+	PoolProbe4 = netip.MustParseAddr("198.19.99.1")
 
 	// The agent's optional host link.
 	HostLinkHost = netip.MustParsePrefix("198.19.0.1/30")

@@ -13,30 +13,11 @@ import (
 
 // A pool of servers: a second WireGuard provider behind the same
 // simulated internet, with its own endpoint, keys, tunnel addresses and
-// resolver, for failover tests.
+// resolver (RoleProv2, InetProv2If and the addresses in plan.go), for
+// failover tests.
 //
 //	host --up0-- inet --pv0-- prov  (Endpoint4)
 //	               \--pv1-- prov2 (Endpoint2)
-const (
-	RoleProv2   = 'q' // the second provider's namespace
-	InetProv2If = "pv1"
-)
-
-var (
-	// inet <-> prov2 (198.18.4.0/24); Endpoint2 is its WireGuard endpoint.
-	InetProv2Side4 = netip.MustParseAddr("198.18.4.1")
-	Endpoint2      = netip.MustParseAddr("198.18.4.2")
-
-	// The second provider's tunnel: its own addresses and resolver (which
-	// answers TargetName with Prov2Tunnel4, so an answer names the
-	// provider that gave it).
-	Prov2Tunnel4   = netip.MustParseAddr("198.19.77.1")
-	Client2Tunnel4 = netip.MustParseAddr("198.19.77.2")
-
-	// PoolProbe4 is on the tunnel side of every provider of a pool (TCP
-	// echo on EchoPort): a probe target each server answers.
-	PoolProbe4 = netip.MustParseAddr("198.19.99.1")
-)
 
 // Provider2 is the second provider of a pool.
 type Provider2 struct {

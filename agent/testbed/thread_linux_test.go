@@ -10,15 +10,14 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
 )
 
 // A child started with Pdeathsig survives goroutines that exit locked to
 // their thread (as netns.Create's does): Start keeps the forking thread
 // out of the scheduler until the child exits.
 func TestStartChildSurvivesLockedThreadExits(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
-	}
+	testenv.NeedRoot(t, "network namespaces")
 	name := fmt.Sprintf("tbpd%d", os.Getpid())
 	if err := netns.Create(name); err != nil {
 		t.Fatal(err)

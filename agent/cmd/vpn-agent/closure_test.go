@@ -7,11 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
 )
 
 // forbiddenTools are programs the production agent must never run: it
@@ -35,14 +36,7 @@ type pkg struct {
 // sees them, skipping the test when there is no Go toolchain.
 func closure(t *testing.T) []pkg {
 	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(gobin); err != nil {
-			t.Skip("no Go toolchain to list the import closure")
-		}
-	}
-	cmd := exec.Command(gobin, "list", "-deps", "-f",
+	cmd := exec.Command(testenv.GoTool(t), "list", "-deps", "-f",
 		`{{if .Module}}{{if .Module.Main}}{{.ImportPath}}{{"\t"}}{{.Dir}}{{"\t"}}{{join .GoFiles ","}}{{end}}{{end}}`, ".")
 	cmd.Env = append(os.Environ(), "GOFLAGS=") // the default build, whatever the caller's flags
 	out, err := cmd.Output()

@@ -8,26 +8,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
 )
 
 // build builds vpn-bench into a temporary directory.
 func build(t *testing.T) string {
 	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(gobin); err != nil {
-			t.Skip("no Go toolchain to build vpn-bench")
-		}
-	}
 	bin := filepath.Join(t.TempDir(), "vpn-bench")
-	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command(testenv.GoTool(t), "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
@@ -69,17 +62,11 @@ func TestBinary(t *testing.T) {
 		t.Errorf("bad flag: exit %d, stdout %q, stderr %q", rc, out, errOut)
 	}
 
-	if os.Geteuid() != 0 {
-		t.Skip("a real run needs root (network namespaces, nftables)")
-	}
+	testenv.NeedRoot(t, "a real run: network namespaces, nftables")
 	if testing.Short() {
 		t.Skip("real bench run skipped in -short mode")
 	}
-	for _, tool := range []string{"iperf3", "ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("a real run needs %s", tool)
-		}
-	}
+	testenv.NeedTools(t, "iperf3", "ip", "nft")
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "b.json")
 	out, errOut, rc = run(t, bin, "--workloads", "tcp1-up,updown", "--modes", "tunnel", "--samples", "1",

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -18,7 +17,9 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/fixture/testns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
+	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
 )
 
 // The NAT-PMP lab, ProtonVPN's addressing on veths:
@@ -41,20 +42,12 @@ type pmpLab struct {
 // (Listen and Public filled in); everything goes at cleanup.
 func newPMPLab(t *testing.T, c provider.NATPMP) *pmpLab {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, nftables)")
-	}
-	id, err := testbed.NewID(testbed.TopologyPrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	testenv.NeedRoot(t, "network namespaces, nftables")
+	id := testns.ID(t, testbed.TopologyPrefix)
 	l := &pmpLab{gw: id + "g", client: id + "k", inet: id + "n", log: filepath.Join(t.TempDir(), "provider.log")}
 	t.Cleanup(func() {
 		if l.prov != nil {
 			l.prov.Close()
-		}
-		if err := testbed.Remove(id); err != nil {
-			t.Errorf("cleanup %s: %v", id, err)
 		}
 	})
 	for _, ns := range []string{l.gw, l.client, l.inet} {
@@ -76,7 +69,7 @@ func newPMPLab(t *testing.T, c provider.NATPMP) *pmpLab {
 	}
 	c.Listen = netip.AddrPortFrom(labGW, 5351).String()
 	c.Public = labPublic.String()
-	err = testbed.Do(l.gw, func() (err error) {
+	err := testbed.Do(l.gw, func() (err error) {
 		l.prov, err = provider.Start(&provider.Config{Log: l.log, NATPMP: &c})
 		return err
 	})
