@@ -12,7 +12,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // needRoot skips unless a real bench run can go: root, iperf3, ip, nft.

@@ -10,7 +10,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/fixture/testns"
-	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // TestVerifyUp: verifyUp fails until the namespace has its kill-switch

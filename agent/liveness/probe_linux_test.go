@@ -10,7 +10,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
-	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // TestProbe probes from inside a namespace of its own: a TCP listener and

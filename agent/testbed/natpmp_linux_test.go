@@ -13,7 +13,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/natpmp"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
-	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // The topology's provider with its NAT-PMP gateway, and a hand-made

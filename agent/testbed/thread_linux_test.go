@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
-	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // A child started with Pdeathsig survives goroutines that exit locked to

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // forbiddenTools are programs the production agent must never run: it

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // build builds vpn-bench into a temporary directory.

@@ -19,7 +19,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/fixture/testns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
-	"github.com/vpn-confinement/vpn-confinement/internal/testenv"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // The NAT-PMP lab, ProtonVPN's addressing on veths:
