@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -22,14 +23,8 @@ import (
 // nftables: root, with ip and nft installed.
 func requireKernel(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, nftables)")
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
-		}
-	}
+	testenv.NeedRoot(t, "network namespaces, nftables")
+	testenv.NeedTools(t, "ip", "nft")
 }
 
 // newNS creates a uniquely named network namespace, removed at cleanup.

@@ -1,11 +1,12 @@
 package netns
 
 import (
-	"os"
 	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // onThread runs f on a fresh OS thread that is discarded afterwards, so a
@@ -21,9 +22,7 @@ func onThread(f func()) {
 }
 
 func TestRestrictFamilies(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the control opens an AF_PACKET socket")
-	}
+	testenv.NeedRoot(t, "the control opens an AF_PACKET socket")
 	open := func(family, typ int) error {
 		fd, err := unix.Socket(family, typ, 0)
 		if err == nil {

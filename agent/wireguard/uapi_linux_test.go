@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 // Root in the host namespace may use the UAPI socket; root without
@@ -103,9 +105,7 @@ func TestUAPIGuardJudgesTheSocket(t *testing.T) {
 // start processes in other namespaces.
 func rootGuard(t *testing.T) *uapiGuard {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.NeedRoot(t, "processes in other namespaces")
 	g, err := newUAPIGuard()
 	if err != nil {
 		t.Fatal(err)
