@@ -131,6 +131,29 @@ func TestStaticSkipsSecrets(t *testing.T) {
 	if _, err := Resolve(c, Options{}); err == nil {
 		t.Error("non-static resolve accepted a missing wg-quick file")
 	}
+	// The other secret files: none read, each path still checked.
+	f := newFixture(t)
+	for field, set := range map[string]func(m map[string]any, path string){
+		"wireguard.privateKeyFile": func(m map[string]any, path string) { m["wireguard"].(map[string]any)["privateKeyFile"] = path },
+		"wireguard.peers[0].presharedKeyFile": func(m map[string]any, path string) {
+			m["wireguard"].(map[string]any)["peers"].([]any)[0].(map[string]any)["presharedKeyFile"] = path
+		},
+		"portForwarding.transmission.credentialsFile": func(m map[string]any, path string) {
+			m["portForwarding"] = map[string]any{"natpmp": map[string]any{"gateway": "10.2.0.1"}, "transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc", "credentialsFile": path}}
+		},
+	} {
+		m := f.structured()
+		set(m, "/run/secrets/does-not-exist")
+		c := parseJSON(t, m)
+		if s, err := Resolve(c, Options{Static: true}); err != nil || s.KeysLoaded || s.Peers[0].PresharedKey != nil {
+			t.Errorf("%s: static resolve read a runtime secret: %v", field, err)
+		}
+		_, err := Resolve(c, Options{})
+		wantErr(t, err, field, "/run/secrets/does-not-exist does not exist")
+		set(m, "secrets/key")
+		_, err = Resolve(parseJSON(t, m), Options{Static: true})
+		wantErr(t, err, field, `"secrets/key" is relative`)
+	}
 }
 
 func TestIPv6Auto(t *testing.T) {

@@ -124,15 +124,12 @@ func resolveApp(field string, a *App, example string, opts Options) (*AppSpec, e
 		return as, nil
 	}
 	cf := field + ".credentialsFile"
-	if err := checkSecretPath(cf, a.CredentialsFile); err != nil {
+	data, err := secretFile(cf, a.CredentialsFile, opts)
+	if err != nil {
 		return nil, err
 	}
 	if opts.Static {
 		return as, nil
-	}
-	data, err := readSecret(cf, a.CredentialsFile)
-	if err != nil {
-		return nil, err
 	}
 	user, pass, msg := parseCredentials(data)
 	if msg != "" {

@@ -198,14 +198,11 @@ func resolveWireGuard(c *Config, s *Spec, opts Options) error {
 	w := c.WireGuard
 	var f *wgquick.File
 	if w.ConfigFile != "" {
-		if err := checkSecretPath("wireguard.configFile", w.ConfigFile); err != nil {
+		data, err := secretFile("wireguard.configFile", w.ConfigFile, opts)
+		if err != nil {
 			return err
 		}
 		if !opts.Static {
-			data, err := readSecret("wireguard.configFile", w.ConfigFile)
-			if err != nil {
-				return err
-			}
 			if f, err = wgquick.Parse(data); err != nil {
 				return fieldErr("wireguard.configFile", "", "%s: %v", w.ConfigFile, err)
 			}
@@ -227,17 +224,12 @@ func resolveWireGuard(c *Config, s *Spec, opts Options) error {
 			})
 		}
 	}
-	if w.PrivateKeyFile != "" {
-		if err := checkSecretPath("wireguard.privateKeyFile", w.PrivateKeyFile); err != nil {
-			return err
-		}
-		if !opts.Static {
-			k, err := readKeyFile("wireguard.privateKeyFile", w.PrivateKeyFile)
-			if err != nil {
-				return err
-			}
-			s.PrivateKey = k
-		}
+	k, err := keyFile("wireguard.privateKeyFile", w.PrivateKeyFile, opts)
+	if err != nil {
+		return err
+	}
+	if k != nil {
+		s.PrivateKey = *k
 	}
 	if len(w.Addresses) > 0 {
 		s.Addresses = nil
@@ -312,17 +304,8 @@ func resolvePeer(field string, p Peer, opts Options) (PeerSpec, error) {
 		return ps, fieldErr(field+".publicKey", "copy the peer's whole public key (44 base64 characters)", "%v", err)
 	}
 	ps.PublicKey = k
-	if p.PresharedKeyFile != "" {
-		if err := checkSecretPath(field+".presharedKeyFile", p.PresharedKeyFile); err != nil {
-			return ps, err
-		}
-		if !opts.Static {
-			psk, err := readKeyFile(field+".presharedKeyFile", p.PresharedKeyFile)
-			if err != nil {
-				return ps, err
-			}
-			ps.PresharedKey = &psk
-		}
+	if ps.PresharedKey, err = keyFile(field+".presharedKeyFile", p.PresharedKeyFile, opts); err != nil {
+		return ps, err
 	}
 	if _, _, err := wgquick.ParseEndpoint(p.Endpoint); err != nil {
 		return ps, fieldErr(field+".endpoint", "write host:port, e.g. 198.51.100.1:51820 or [2001:db8::1]:51820", "%v", err)
@@ -753,14 +736,28 @@ func checkSecretPath(field, path string) error {
 	return nil
 }
 
-func readKeyFile(field, path string) (k wgtypes.Key, err error) {
-	data, err := readSecret(field, path)
-	if err != nil {
-		return k, err
+// secretFile checks the path of the secret file named by field and reads
+// it, unless opts.Static (build-time validation reads no secret: nil).
+func secretFile(field, path string, opts Options) ([]byte, error) {
+	if err := checkSecretPath(field, path); err != nil || opts.Static {
+		return nil, err
+	}
+	return readSecret(field, path)
+}
+
+// keyFile is the key in the secret file at path (see secretFile); nil
+// when path is empty, or opts.Static.
+func keyFile(field, path string, opts Options) (*wgtypes.Key, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := secretFile(field, path, opts)
+	if err != nil || opts.Static {
+		return nil, err
 	}
 	key, err := wgquick.ParseKey(string(data))
 	if err != nil {
-		return k, fieldErr(field, "the file must hold one base64 key, as written by wg genkey", "%s: %v", path, err)
+		return nil, fieldErr(field, "the file must hold one base64 key, as written by wg genkey", "%s: %v", path, err)
 	}
-	return key, nil
+	return &key, nil
 }

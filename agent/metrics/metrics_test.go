@@ -109,14 +109,10 @@ vpn_confinement_probe_failures_total{namespace="proton"} 1
 	if strings.Contains(text, key) || strings.Contains(text, s.Peers[0].PublicKey.String()) {
 		t.Fatalf("the exposition holds a key:\n%s", text)
 	}
-	for _, l := range []string{
+	hasLines(t, text,
 		`vpn_confinement_repairs_total{kind="policy_missing",namespace="proton"} 2`,
 		`vpn_confinement_repairs_total{kind="tunnel_missing",namespace="proton"} 0`, // every kind from the start
-	} {
-		if !strings.Contains(text, l+"\n") {
-			t.Errorf("no line %s in:\n%s", l, text)
-		}
-	}
+	)
 	if !strings.Contains(text, "go_goroutines") || !strings.Contains(text, "process_open_fds") {
 		t.Error("no Go/process metrics in the exposition")
 	}
@@ -139,29 +135,41 @@ vpn_confinement_forwarded_port{namespace="proton"} 40001
 # HELP vpn_confinement_port_forwarding_gateway_answering 1 when the NAT-PMP gateway granted the latest request, 0 when it failed or did not answer.
 # TYPE vpn_confinement_port_forwarding_gateway_answering gauge
 vpn_confinement_port_forwarding_gateway_answering{namespace="proton"} 1
+# HELP vpn_confinement_port_forwarding_requests_total Mapping requests sent to the NAT-PMP gateway (one per protocol and renewal).
+# TYPE vpn_confinement_port_forwarding_requests_total counter
+vpn_confinement_port_forwarding_requests_total{namespace="proton"} 4
+# HELP vpn_confinement_port_forwarding_request_failures_total Mapping requests that failed or were not answered.
+# TYPE vpn_confinement_port_forwarding_request_failures_total counter
+vpn_confinement_port_forwarding_request_failures_total{namespace="proton"} 0
 # HELP vpn_confinement_port_forwarding_pending_pushes Applications the forwarded port is not handed to yet (retried with backoff).
 # TYPE vpn_confinement_port_forwarding_pending_pushes gauge
 vpn_confinement_port_forwarding_pending_pushes{namespace="proton"} 1
 `
-	names := []string{"vpn_confinement_forwarded_port", "vpn_confinement_port_forwarding_gateway_answering", "vpn_confinement_port_forwarding_pending_pushes"}
+	names := []string{"vpn_confinement_forwarded_port", "vpn_confinement_port_forwarding_gateway_answering",
+		"vpn_confinement_port_forwarding_requests_total", "vpn_confinement_port_forwarding_request_failures_total",
+		"vpn_confinement_port_forwarding_pending_pushes"}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
+	// The gateway silent: the same series (HELP and TYPE checked above),
+	// the port 0 and answering 0.
 	m.PortForwarded(portforward.Status{State: portforward.StateNotAnswering, Requests: 9, Failures: 5, Error: "map udp: timeout"})
-	want = `
-# HELP vpn_confinement_forwarded_port The port the provider forwards to the namespace (NAT-PMP), open in the kill switch while its lease lives; 0 when there is none (present only with portForwarding).
-# TYPE vpn_confinement_forwarded_port gauge
-vpn_confinement_forwarded_port{namespace="proton"} 0
-# HELP vpn_confinement_port_forwarding_gateway_answering 1 when the NAT-PMP gateway granted the latest request, 0 when it failed or did not answer.
-# TYPE vpn_confinement_port_forwarding_gateway_answering gauge
-vpn_confinement_port_forwarding_gateway_answering{namespace="proton"} 0
-# HELP vpn_confinement_port_forwarding_request_failures_total Mapping requests that failed or were not answered.
-# TYPE vpn_confinement_port_forwarding_request_failures_total counter
-vpn_confinement_port_forwarding_request_failures_total{namespace="proton"} 5
-`
-	names = []string{"vpn_confinement_forwarded_port", "vpn_confinement_port_forwarding_gateway_answering", "vpn_confinement_port_forwarding_request_failures_total"}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
-		t.Error(err)
+	hasLines(t, exposition(t, m),
+		`vpn_confinement_forwarded_port{namespace="proton"} 0`,
+		`vpn_confinement_port_forwarding_gateway_answering{namespace="proton"} 0`,
+		`vpn_confinement_port_forwarding_requests_total{namespace="proton"} 9`,
+		`vpn_confinement_port_forwarding_request_failures_total{namespace="proton"} 5`,
+		`vpn_confinement_port_forwarding_pending_pushes{namespace="proton"} 0`,
+	)
+}
+
+// hasLines fails t for each of lines that is not a whole line of text.
+func hasLines(t *testing.T, text string, lines ...string) {
+	t.Helper()
+	for _, l := range lines {
+		if !strings.Contains("\n"+text, "\n"+l+"\n") {
+			t.Errorf("no line %s in:\n%s", l, text)
+		}
 	}
 }
 

@@ -47,6 +47,15 @@ type Pusher interface {
 	Push(ctx context.Context, port uint16, protocols []string) error
 }
 
+// Reporter is a Pusher with something to say about a push that worked
+// (the onChange command: its exit code and the start of its output). The
+// manager pushes to it with PushReport and logs what it says with the
+// success, as it logs the error of a push that failed.
+type Reporter interface {
+	Pusher
+	PushReport(ctx context.Context, port uint16, protocols []string) (string, error)
+}
+
 // Options configure a Manager.
 type Options struct {
 	Spec *config.PortForwardSpec

@@ -122,11 +122,41 @@ func (p *fakePusher) got() []uint16 {
 	return slices.Clone(p.pushes)
 }
 
+// fakeCommand is a fakePusher that says, as the onChange command does,
+// how a push that worked ended.
+type fakeCommand struct{ *fakePusher }
+
+func (c fakeCommand) PushReport(ctx context.Context, port uint16, protocols []string) (string, error) {
+	if err := c.Push(ctx, port, protocols); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("exit code 0: output: told %d", port), nil
+}
+
+// logBuffer is what the manager logged.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 type rig struct {
 	gw      *fakeGateway
 	host    *fakeHost
 	app     *fakePusher
-	cmd     *fakePusher
+	cmd     *fakePusher // the OnChange, as a fakeCommand
+	logs    *logBuffer
 	m       *Manager
 	cancel  context.CancelFunc
 	stopped chan struct{}
@@ -142,12 +172,13 @@ func start(t *testing.T, style string, lifetime time.Duration) *rig {
 		spec.InternalPort = 6881
 		r.gw.port = 0
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r.logs = &logBuffer{}
+	var w io.Writer = r.logs
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		w = io.MultiWriter(r.logs, os.Stderr)
 	}
 	r.m = New(Options{
-		Spec: spec, Host: r.host, Apps: []Pusher{r.app}, OnChange: r.cmd, Log: log, Backoff: 10 * time.Millisecond,
+		Spec: spec, Host: r.host, Apps: []Pusher{r.app}, OnChange: fakeCommand{r.cmd}, Log: slog.New(slog.NewTextHandler(w, nil)), Backoff: 10 * time.Millisecond,
 		Dial:      func(context.Context, netip.Addr) (Gateway, func(), error) { return r.gw, func() {}, nil },
 		Restarted: func(prev uint32, _ time.Time, epoch uint32, _ time.Time) bool { return epoch < prev },
 	})
@@ -263,6 +294,32 @@ func TestResetAfterFailover(t *testing.T) {
 	}
 	if o, _ := r.host.snapshot(); o.String() != "tcp 40007, udp 40007" {
 		t.Fatalf("kill switch holds %s", o)
+	}
+}
+
+// A push that worked is logged at info; the command's, with what it
+// said (exit code and output), as a failure is logged with its error.
+func TestPushLogged(t *testing.T) {
+	r := start(t, config.PortForwardProton, 400*time.Millisecond)
+	eventually(t, "the command's push", func() bool { return len(r.cmd.got()) == 1 })
+	// The port moves, and the command fails once: the failure is logged
+	// with its error, and the retry that works with what it said.
+	r.cmd.mu.Lock()
+	r.cmd.fail = 1
+	r.cmd.mu.Unlock()
+	r.gw.set(func(g *fakeGateway) { g.port = 40002 })
+	eventually(t, "the new port pushed", func() bool { return slices.Contains(r.cmd.got(), 40002) })
+	eventually(t, "the log line", func() bool { return strings.Contains(r.logs.String(), "to=cmd port=40002") })
+	logs := r.logs.String()
+	for _, want := range []string{
+		`level=INFO msg="forwarded port handed on" part="port forwarding" to=app port=40001` + "\n",
+		`level=INFO msg="forwarded port handed on" part="port forwarding" to=cmd port=40001 result="exit code 0: output: told 40001"` + "\n",
+		`level=WARN msg="cannot hand the forwarded port to cmd; retrying" part="port forwarding" port=40002 err="connection refused"` + "\n",
+		`level=INFO msg="forwarded port handed on" part="port forwarding" to=cmd port=40002 result="exit code 0: output: told 40002"` + "\n",
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("no log line ending %s in:\n%s", want, logs)
+		}
 	}
 }
 

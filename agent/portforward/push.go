@@ -94,14 +94,18 @@ func (m *Manager) pushAll(ctx context.Context, j pushJob, targets map[Pusher]err
 	failed := map[Pusher]error{}
 	for p := range targets {
 		pctx, cancel := context.WithTimeout(ctx, pushTimeout)
-		err := p.Push(pctx, j.port, j.protocols)
+		said, err := pushOne(pctx, p, j)
 		cancel()
 		if err != nil {
 			failed[p] = err
 			m.log.Warn("cannot hand the forwarded port to "+p.Name()+"; retrying", "port", j.port, "err", err)
 			continue
 		}
-		m.log.Info("forwarded port handed on", "to", p.Name(), "port", j.port)
+		done := []any{"to", p.Name(), "port", j.port}
+		if said != "" {
+			done = append(done, "result", said)
+		}
+		m.log.Info("forwarded port handed on", done...)
 	}
 	var names []string
 	for p, err := range failed {
@@ -113,4 +117,12 @@ func (m *Manager) pushAll(ctx context.Context, j pushJob, targets map[Pusher]err
 		return nil
 	}
 	return failed
+}
+
+// pushOne pushes j to p, through PushReport when p is a Reporter.
+func pushOne(ctx context.Context, p Pusher, j pushJob) (string, error) {
+	if r, ok := p.(Reporter); ok {
+		return r.PushReport(ctx, j.port, j.protocols)
+	}
+	return "", p.Push(ctx, j.port, j.protocols)
 }

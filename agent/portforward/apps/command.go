@@ -9,9 +9,10 @@ import (
 )
 
 // RunFunc runs argv with exactly the environment env and returns when it
-// has finished or ctx is done (then it is killed). A failure is best a
-// *CommandError, which carries the command's output.
-type RunFunc func(ctx context.Context, argv, env []string) error
+// has finished or ctx is done (then it is killed). A run that worked
+// returns the command's output (stdout and stderr together, at most
+// MaxOutput bytes); a failure is best a *CommandError, which carries it.
+type RunFunc func(ctx context.Context, argv, env []string) ([]byte, error)
 
 // CommandTimeout bounds one run of the onChange command.
 const CommandTimeout = 30 * time.Second
@@ -35,6 +36,8 @@ type command struct {
 // NamespaceRunner), with a minimal environment: PATH, EnvPort and
 // EnvProtocols. A port lost is a run with EnvPort empty. Each run is
 // bounded by CommandTimeout; a non-zero exit is an error naming its code.
+// Its PushReport (portforward.Reporter) says how a run that worked ended,
+// for the log: exit code 0 and the start of the output, as an error does.
 func NewCommand(argv []string, run RunFunc) Pusher {
 	return &command{argv: append([]string(nil), argv...), run: run}
 }
@@ -50,8 +53,13 @@ func (c *command) program() string {
 }
 
 func (c *command) Push(ctx context.Context, port uint16, protocols []string) error {
+	_, err := c.PushReport(ctx, port, protocols)
+	return err
+}
+
+func (c *command) PushReport(ctx context.Context, port uint16, protocols []string) (string, error) {
 	if len(c.argv) == 0 {
-		return fmt.Errorf("onChange: no command given")
+		return "", fmt.Errorf("onChange: no command given")
 	}
 	p := ""
 	if port != 0 {
@@ -64,10 +72,12 @@ func (c *command) Push(ctx context.Context, port uint16, protocols []string) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, CommandTimeout)
 	defer cancel()
-	if err := c.run(ctx, c.argv, env); err != nil {
-		return fmt.Errorf("onChange %s (%s=%s): %w", c.program(), EnvPort, p, err)
+	what := fmt.Sprintf("onChange %s (%s=%s)", c.program(), EnvPort, p)
+	out, err := c.run(ctx, c.argv, env)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	return nil
+	return what + ": " + withOutput("exit code 0", out), nil
 }
 
 // MaxOutput bounds the output a CommandError keeps.
@@ -100,10 +110,16 @@ func (e *CommandError) Error() string {
 	default:
 		s = "failed"
 	}
-	if out := excerpt(e.Output); out != "" {
-		s += ": output: " + out
+	return withOutput(s, e.Output)
+}
+
+// withOutput is how a run ended, then the start of its output on one
+// line (see excerpt), if it wrote any.
+func withOutput(ended string, out []byte) string {
+	if e := excerpt(out); e != "" {
+		return ended + ": output: " + e
 	}
-	return s
+	return ended
 }
 
 func (e *CommandError) Unwrap() error { return e.Err }

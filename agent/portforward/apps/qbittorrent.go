@@ -3,7 +3,6 @@ package apps
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -33,22 +32,14 @@ func NewQBittorrent(url string, creds *Credentials, do Doer) Pusher {
 	return &qbittorrent{app: app{name: "qbittorrent", url: strings.TrimRight(url, "/"), creds: creds, do: do}}
 }
 
-// qbPrefs is what setPreferences sets.
-type qbPrefs struct {
-	ListenPort uint16 `json:"listen_port"`
-	RandomPort bool   `json:"random_port"`
-	UPnP       bool   `json:"upnp"`
-}
+// qbPrefs is what setPreferences sets (its json= value); %d is the port.
+const qbPrefs = `{"listen_port":%d,"random_port":false,"upnp":false}`
 
 func (q *qbittorrent) Push(ctx context.Context, port uint16, _ []string) error {
 	if port == 0 {
 		return nil // nothing to set: qBittorrent keeps listening where it does
 	}
-	prefs, err := json.Marshal(qbPrefs{ListenPort: port})
-	if err != nil {
-		return q.fail("setPreferences", err)
-	}
-	form := url.Values{"json": {string(prefs)}}
+	form := url.Values{"json": {fmt.Sprintf(qbPrefs, port)}}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.creds != nil && q.cookies == nil {

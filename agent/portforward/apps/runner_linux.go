@@ -20,17 +20,17 @@ const waitDelay = 2 * time.Second
 // os.Executable()) with its exec subcommand. It runs as the agent does
 // (root), in its own process group with stdin /dev/null and the working
 // directory /; when ctx is done the whole group is killed. Its output is
-// kept for a *CommandError.
+// returned, or kept in the *CommandError.
 func NamespaceRunner(agentExe, ns string) RunFunc {
-	return func(ctx context.Context, argv, env []string) error {
+	return func(ctx context.Context, argv, env []string) ([]byte, error) {
 		args := append([]string{"exec", ns, "--"}, argv...)
 		return runGroup(ctx, agentExe, args, env)
 	}
 }
 
 // runGroup runs path with args in a process group of its own, killed
-// whole when ctx is done.
-func runGroup(ctx context.Context, path string, args, env []string) error {
+// whole when ctx is done, and returns its output (at most MaxOutput bytes).
+func runGroup(ctx context.Context, path string, args, env []string) ([]byte, error) {
 	out := &boundedBuffer{max: MaxOutput}
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = env
@@ -43,7 +43,7 @@ func runGroup(ctx context.Context, path string, args, env []string) error {
 	if err == nil || errors.Is(err, exec.ErrWaitDelay) {
 		// ErrWaitDelay: it exited 0, and something it started still
 		// holds its output; the run is done.
-		return nil
+		return out.buf, nil
 	}
 	ce := &CommandError{Code: -1, Output: out.buf, Truncated: out.dropped, Err: err}
 	var ee *exec.ExitError
@@ -56,5 +56,5 @@ func runGroup(ctx context.Context, path string, args, env []string) error {
 	if ctx.Err() != nil {
 		ce.TimedOut = true
 	}
-	return ce
+	return nil, ce
 }

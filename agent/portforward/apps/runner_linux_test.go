@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
 
 var agentBin struct {
@@ -120,6 +121,16 @@ func TestNamespaceRunner(t *testing.T) {
 		}
 	}
 
+	// A command that worked: its exit code and output in the report the
+	// manager logs.
+	ok := filepath.Join(dir, "ok")
+	if err := os.WriteFile(ok, []byte("#!/bin/sh\necho \"port $VPN_FORWARDED_PORT set\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	said, err := NewCommand([]string{ok}, NamespaceRunner(agent, ns)).(portforward.Reporter).PushReport(ctx, 41021, []string{"tcp"})
+	if want := "onChange " + ok + " (VPN_FORWARDED_PORT=41021): exit code 0: output: port 41021 set"; err != nil || said != want {
+		t.Fatalf("command that worked: %q (%v), want %q", said, err, want)
+	}
 	// A failing command: its exit code and output in the error.
 	fail := filepath.Join(dir, "fail")
 	if err := os.WriteFile(fail, []byte("#!/bin/sh\necho something broke >&2\nexit 3\n"), 0o755); err != nil {

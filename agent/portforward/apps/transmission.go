@@ -30,22 +30,14 @@ func NewTransmission(url string, creds *Credentials, do Doer) Pusher {
 	return &transmission{app: app{name: "transmission", url: url, creds: creds, do: do}}
 }
 
-// trSessionSet is session-set's arguments.
-type trSessionSet struct {
-	PeerPort       uint16 `json:"peer-port"`
-	RandomOnStart  bool   `json:"peer-port-random-on-start"`
-	PortForwarding bool   `json:"port-forwarding-enabled"`
-}
+// trSessionSet is the session-set request; %d is the port.
+const trSessionSet = `{"arguments":{"peer-port":%d,"peer-port-random-on-start":false,"port-forwarding-enabled":false},"method":"session-set"}`
 
 func (t *transmission) Push(ctx context.Context, port uint16, _ []string) error {
 	if port == 0 {
 		return nil // nothing to set: Transmission keeps listening where it does
 	}
-	body, err := json.Marshal(map[string]any{"method": "session-set", "arguments": trSessionSet{PeerPort: port}})
-	if err != nil {
-		return t.fail("session-set", err)
-	}
-	if err := t.rpc(ctx, body); err != nil {
+	if err := t.rpc(ctx, fmt.Appendf(nil, trSessionSet, port)); err != nil {
 		return t.fail(fmt.Sprintf("session-set peer-port %d", port), err)
 	}
 	return nil
