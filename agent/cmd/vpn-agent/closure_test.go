@@ -61,13 +61,32 @@ func closure(t *testing.T) []pkg {
 const modulePath = "github.com/vpn-confinement/vpn-confinement"
 
 // TestClosureHasNoBenchOrFixtures: vpn-agent links none of the module's
-// bench or fixture packages.
+// bench, fixture or test-environment packages.
 func TestClosureHasNoBenchOrFixtures(t *testing.T) {
 	for _, p := range closure(t) {
 		rel := "/" + strings.TrimPrefix(p.ImportPath, modulePath+"/")
-		if strings.Contains(rel, "/bench") || strings.Contains(rel, "/fixture") {
+		if strings.Contains(rel, "/bench") || strings.Contains(rel, "/fixture") || strings.Contains(rel, "/testenv") {
 			t.Errorf("vpn-agent imports %s", p.ImportPath)
 		}
+	}
+}
+
+// TestClosureHasNoTesting: no package vpn-agent links, the standard
+// library's included, imports package testing (test helpers such as
+// testbed/testenv and the fixtures do).
+func TestClosureHasNoTesting(t *testing.T) {
+	cmd := exec.Command(testenv.GoTool(t), "list", "-deps", ".")
+	cmd.Env = append(os.Environ(), "GOFLAGS=")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "os") {
+		t.Fatalf("go list -deps found only %v", deps) // positive control: the list is real
+	}
+	if slices.Contains(deps, "testing") {
+		t.Error("vpn-agent links package testing: some production package imports a test helper")
 	}
 }
 
