@@ -603,7 +603,9 @@ let
               A command (argv, no shell) the agent runs inside the namespace
               after each new or changed port, with `VPN_FORWARDED_PORT` and
               `VPN_FORWARDED_PROTOCOLS` (e.g. `tcp,udp`) set, and once with an
-              empty `VPN_FORWARDED_PORT` when the port is lost. `[ ]`: none.
+              empty `VPN_FORWARDED_PORT` when the port is lost. Each run is
+              logged with how it ended and the first 120 bytes of its output,
+              so the command should print no secrets. `[ ]`: none.
             '';
           };
         };

@@ -63,7 +63,8 @@ type PortForwarding struct {
 	// run inside the namespace after every new or changed port with
 	// VPN_FORWARDED_PORT and VPN_FORWARDED_PROTOCOLS ("tcp,udp") in its
 	// environment, and once more with an empty VPN_FORWARDED_PORT when the
-	// port is lost.
+	// port is lost. Each run is logged with how it ended and the first 120
+	// bytes of its output, so the command should print no secrets.
 	OnChange []string `json:"onChange,omitempty"`
 }
 

@@ -37,7 +37,8 @@ type command struct {
 // EnvProtocols. A port lost is a run with EnvPort empty. Each run is
 // bounded by CommandTimeout; a non-zero exit is an error naming its code.
 // Its PushReport (portforward.Reporter) says how a run that worked ended,
-// for the log: exit code 0 and the start of the output, as an error does.
+// for the log: exit code 0 and the start of the output, as an error does
+// (the log line already names the command and the port).
 func NewCommand(argv []string, run RunFunc) Pusher {
 	return &command{argv: append([]string(nil), argv...), run: run}
 }
@@ -77,7 +78,7 @@ func (c *command) PushReport(ctx context.Context, port uint16, protocols []strin
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	return what + ": " + withOutput("exit code 0", out), nil
+	return withOutput("exit code 0", out), nil // the log line names the pusher and the port
 }
 
 // MaxOutput bounds the output a CommandError keeps.

@@ -128,7 +128,7 @@ func TestNamespaceRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	said, err := NewCommand([]string{ok}, NamespaceRunner(agent, ns)).(portforward.Reporter).PushReport(ctx, 41021, []string{"tcp"})
-	if want := "onChange " + ok + " (VPN_FORWARDED_PORT=41021): exit code 0: output: port 41021 set"; err != nil || said != want {
+	if want := "exit code 0: output: port 41021 set"; err != nil || said != want {
 		t.Fatalf("command that worked: %q (%v), want %q", said, err, want)
 	}
 	// A failing command: its exit code and output in the error.
