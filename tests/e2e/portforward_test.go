@@ -131,9 +131,10 @@ func (s *site) forwardedPort() uint16 {
 	return uint16(p)
 }
 
-// echoIn serves TCP echo on port in namespace ns (every IPv4 address), as
-// the application listening on the forwarded port would: the testbed's
-// echo server, in this process.
+// echoIn serves TCP echo on port in namespace ns (every address: Go makes
+// 0.0.0.0 a dual-stack listener), as the application listening on the
+// forwarded port would: the testbed's echo server, in this process (it
+// drops a connection idle for 10 s).
 func echoIn(t *testing.T, ns string, port int) {
 	t.Helper()
 	var p *provider.Provider
