@@ -161,6 +161,9 @@ vpn_confinement_port_forwarding_pending_pushes{namespace="proton"} 1
 		`vpn_confinement_port_forwarding_request_failures_total{namespace="proton"} 5`,
 		`vpn_confinement_port_forwarding_pending_pushes{namespace="proton"} 0`,
 	)
+	if n := testutil.CollectAndCount(c, names...); n != len(names) {
+		t.Errorf("%d port-forwarding series with the gateway silent, want %d", n, len(names))
+	}
 }
 
 // hasLines fails t for each of lines that is not a whole line of text.
