@@ -1,8 +1,6 @@
 package policy_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/fixture/testns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
@@ -32,11 +31,7 @@ func requireKernel(t testing.TB) {
 // no autoconfiguration noise reaches the counters.
 func newNS(t testing.TB) (name, path string) {
 	t.Helper()
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	name = "vcpt-" + hex.EncodeToString(b)
+	name = testns.ID(t, "pt") + "n" // a testbed ID: unique, and swept if this test dies
 	run(t, "ip", "netns", "add", name)
 	t.Cleanup(func() {
 		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
