@@ -26,6 +26,8 @@ type Target struct {
 	// Forwarded is what the kill switch's forwarded-port sets must hold
 	// (the ports of a live NAT-PMP lease).
 	Forwarded policy.Forwarded
+
+	gates *Watcher // nil: every table is read in full
 }
 
 // Check inspects the namespace of s as its agent sees it: t is the
@@ -48,7 +50,11 @@ func Inspect(t Target) *Report {
 		return r
 	}
 	r.Namespace = true
-	inspectPolicy(r, t.Spec, t.Forwarded)
+	var table, host *Gate
+	if t.gates != nil {
+		table, host = &t.gates.Table, &t.gates.Host
+	}
+	inspectPolicy(r, t.Spec, t.Forwarded, table)
 	if t.Tunnel != nil {
 		select {
 		case <-t.Tunnel.Done():
@@ -64,7 +70,7 @@ func Inspect(t Target) *Report {
 		if _, err := netlink.LinkByName(s.HostLink.HostIf); err != nil {
 			r.Add(HostLinkMissing, "host link %s missing", s.HostLink.HostIf)
 		}
-		if ok, err := hostPolicyMatches(s); err != nil || !ok {
+		if ok, err := hostPolicyMatches(s, host); err != nil || !ok {
 			r.Add(HostPolicyMissing, "host table for %s missing or changed", s.Name)
 		}
 	}

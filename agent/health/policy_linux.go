@@ -8,8 +8,15 @@ import (
 
 // inspectPolicy reads the kill switch back from the kernel: whether it is
 // loaded, whether it is exactly what the spec compiles to (when known),
-// its rule count and its drop counters.
-func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded) {
+// its rule count and its drop counters. With a gate, a table unchanged
+// since it last matched is not read again (see Gate).
+func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded, g *Gate) {
+	p, skip, facts := g.begin(s, fwd)
+	if skip {
+		r.Policy = facts
+		return
+	}
+	defer func() { g.verified(p, s, fwd, r.Policy) }()
 	st, err := policy.Inspect(names.Netns(r.Name), names.Table)
 	if err != nil || !st.Loaded {
 		r.Add(PolicyMissing, "kill-switch table is NOT loaded")
@@ -32,12 +39,20 @@ func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded) {
 }
 
 // hostPolicyMatches reports whether the host table of s's host link is
-// loaded and identical to what s compiles to.
-func hostPolicyMatches(s *config.Spec) (bool, error) {
+// loaded and identical to what s compiles to, through the gate g (nil:
+// always read).
+func hostPolicyMatches(s *config.Spec, g *Gate) (bool, error) {
+	p, skip, _ := g.begin(s, policy.Forwarded{})
+	if skip {
+		return true, nil
+	}
 	want := policy.CompileHost(s)
 	st, err := policy.Inspect("", want.Name)
 	if err != nil || !st.Loaded {
+		g.verified(p, s, policy.Forwarded{}, Policy{})
 		return false, err
 	}
-	return st.Verify(want) == nil, nil
+	ok := st.Verify(want) == nil
+	g.verified(p, s, policy.Forwarded{}, Policy{Loaded: true, Matches: ok})
+	return ok, nil
 }
