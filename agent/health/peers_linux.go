@@ -3,6 +3,7 @@ package health
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"os"
 	"time"
 
@@ -24,7 +25,7 @@ func inspectPeers(r *Report) {
 		return
 	}
 	now := time.Now()
-	samples := samplesOf(d)
+	samples := samplesOf(d.Peers)
 	marks := readMarks(names.TxMarks(r.Name))
 	next := nextMarks(now, samples, marks)
 	writeMarks(names.TxMarks(r.Name), next)
@@ -57,13 +58,16 @@ func inspectPeers(r *Report) {
 	}
 }
 
-// SampleTx records the peers' tx counters at a new handshake without
-// judging them: the agent calls it every check, so that the mark is taken
-// right after each handshake and status can tell idle from dead.
-func SampleTx(name, iface string) {
-	if d, err := readDevice(name, iface); err == nil {
-		p := names.TxMarks(name)
-		writeMarks(p, nextMarks(time.Now(), samplesOf(d), readMarks(p)))
+// MarkTx records the tx counters of peers (as the agent just read its
+// device) at a new handshake without judging them: the agent calls it
+// every check, so that the mark is taken right after each handshake and
+// status can tell idle from dead. The file is written only when a mark
+// changes.
+func MarkTx(name string, peers []wgtypes.Peer) {
+	p := names.TxMarks(name)
+	old := readMarks(p)
+	if next := nextMarks(time.Now(), samplesOf(peers), old); !maps.Equal(next, old) {
+		writeMarks(p, next)
 	}
 }
 
@@ -87,9 +91,9 @@ func readDevice(name, iface string) (d *wgtypes.Device, err error) {
 	return d, netns.Do(name, get)
 }
 
-func samplesOf(d *wgtypes.Device) []peerSample {
+func samplesOf(peers []wgtypes.Peer) []peerSample {
 	var out []peerSample
-	for _, p := range d.Peers {
+	for _, p := range peers {
 		id := sha256.Sum256(p.PublicKey[:])
 		out = append(out, peerSample{ID: hex.EncodeToString(id[:8]), Handshake: p.LastHandshakeTime, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval})
 	}
