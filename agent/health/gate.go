@@ -13,15 +13,18 @@ import (
 // the generation does not show (a kernel surprise) is still caught.
 const DefaultBackstop = 30 * time.Second
 
-// Generations reads a namespace's nf_tables ruleset generation
-// (policy.GenWatch).
+// Generations reads a namespace's generation of what a Gate guards: its
+// nf_tables ruleset (policy.GenWatch), or its links, addresses and routes
+// (a count of rtnetlink events, rtWatch). The same Gen means nothing
+// changed in between.
 type Generations interface {
 	Read() (policy.Gen, error)
 }
 
-// Gate saves a watchdog from reading a kill-switch table back when
-// nothing was committed to its namespace's ruleset since the table was
-// last read and found to be exactly what the config compiles to. The
+// Gate saves a watchdog from reading a kill-switch table (or the tunnel
+// link and routes) back when nothing was committed to its namespace's
+// ruleset (or links, addresses, routes) since it was last read and found
+// to be exactly what the config asks for; F is what such a read found. The
 // kernel bumps the generation at every committed nf_tables transaction
 // (an admin's nft, the agent's own Apply or SetForwarded), never for
 // packets, so an unchanged generation of the same namespace, for the same
@@ -33,7 +36,7 @@ type Generations interface {
 // The generation is read before the table, so a change committed between
 // the two reads leaves a generation older than the table read: the next
 // check sees it differ and reads again.
-type Gate struct {
+type Gate[F any] struct {
 	Gens     Generations
 	Backstop time.Duration    // 0: DefaultBackstop
 	Now      func() time.Time // nil: time.Now
@@ -43,7 +46,7 @@ type Gate struct {
 	spec  *config.Spec
 	fwd   policy.Forwarded
 	at    time.Time // of the last full read that matched
-	facts Policy    // what it found
+	facts F         // what it found
 
 	// Reads and Skips count the checks that read the table and those
 	// that did not (for tests and diagnostics).
@@ -60,9 +63,9 @@ type pass struct {
 // without reading it (skip, with the facts of the read that verified it),
 // and otherwise returns the ticket the full read hands to verified. A nil
 // Gate never skips.
-func (g *Gate) begin(s *config.Spec, fwd policy.Forwarded) (p pass, skip bool, facts Policy) {
+func (g *Gate[F]) begin(s *config.Spec, fwd policy.Forwarded) (p pass, skip bool, facts F) {
 	if g == nil {
-		return pass{}, false, Policy{}
+		return pass{}, false, facts
 	}
 	now := g.now()
 	if gen, err := g.Gens.Read(); err == nil {
@@ -73,17 +76,17 @@ func (g *Gate) begin(s *config.Spec, fwd policy.Forwarded) (p pass, skip bool, f
 		return p, true, g.facts
 	}
 	g.Reads++
-	return p, false, Policy{}
+	return p, false, facts
 }
 
-// verified records the outcome of the full read begun with p: a table
-// that matched s with fwd under a valid generation is trusted until the
+// verified records the outcome of the full read begun with p: what
+// matched s with fwd (ok) under a valid generation is trusted until the
 // generation moves (or Backstop); anything else is not trusted at all.
-func (g *Gate) verified(p pass, s *config.Spec, fwd policy.Forwarded, facts Policy) {
+func (g *Gate[F]) verified(p pass, s *config.Spec, fwd policy.Forwarded, ok bool, facts F) {
 	if g == nil {
 		return
 	}
-	if !p.valid || s == nil || !facts.Loaded || !facts.Matches {
+	if !p.valid || s == nil || !ok {
 		g.ok = false
 		return
 	}
@@ -91,14 +94,14 @@ func (g *Gate) verified(p pass, s *config.Spec, fwd policy.Forwarded, facts Poli
 	g.ok, g.gen, g.spec, g.fwd, g.at, g.facts = true, p.gen, s, fwd, g.now(), facts
 }
 
-func (g *Gate) now() time.Time {
+func (g *Gate[F]) now() time.Time {
 	if g.Now != nil {
 		return g.Now()
 	}
 	return time.Now()
 }
 
-func (g *Gate) backstop() time.Duration {
+func (g *Gate[F]) backstop() time.Duration {
 	if g.Backstop > 0 {
 		return g.Backstop
 	}

@@ -21,12 +21,12 @@ type gateRig struct {
 	t    *testing.T
 	gens *fakeGens
 	now  time.Time
-	g    *Gate
+	g    *Gate[Policy]
 }
 
 func newGateRig(t *testing.T) *gateRig {
 	r := &gateRig{t: t, gens: &fakeGens{gen: policy.Gen{Ident: 7, ID: 100}}, now: time.Unix(1000, 0)}
-	r.g = &Gate{Gens: r.gens, Now: func() time.Time { return r.now }}
+	r.g = &Gate[Policy]{Gens: r.gens, Now: func() time.Time { return r.now }}
 	return r
 }
 
@@ -40,7 +40,7 @@ func (r *gateRig) check(s *config.Spec, fwd policy.Forwarded, matches bool) (ski
 		}
 		return true
 	}
-	r.g.verified(p, s, fwd, Policy{Loaded: true, Matches: matches, Rules: 42})
+	r.g.verified(p, s, fwd, matches, Policy{Loaded: true, Matches: matches, Rules: 42})
 	return false
 }
 
@@ -131,9 +131,9 @@ func TestGateCopiesForwarded(t *testing.T) {
 }
 
 func TestNilGateNeverSkips(t *testing.T) {
-	var g *Gate
+	var g *Gate[Policy]
 	if _, skip, _ := g.begin(&config.Spec{}, policy.Forwarded{}); skip {
 		t.Fatal("nil gate skipped")
 	}
-	g.verified(pass{valid: true}, &config.Spec{}, policy.Forwarded{}, Policy{Loaded: true, Matches: true})
+	g.verified(pass{valid: true}, &config.Spec{}, policy.Forwarded{}, true, Policy{Loaded: true, Matches: true})
 }

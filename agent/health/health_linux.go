@@ -50,11 +50,13 @@ func Inspect(t Target) *Report {
 		return r
 	}
 	r.Namespace = true
-	var table, host *Gate
+	var table *Gate[Policy]
+	var link *Gate[Link]
+	var host *Gate[struct{}]
 	if t.gates != nil {
-		table, host = &t.gates.Table, &t.gates.Host
+		table, link, host = &t.gates.Table, &t.gates.Link, &t.gates.Host
 	}
-	inspectPolicy(r, t.Spec, t.Forwarded, table)
+	inspectPolicy(r, t.Spec, t.Forwarded, table, t.Peers)
 	if t.Tunnel != nil {
 		select {
 		case <-t.Tunnel.Done():
@@ -62,7 +64,7 @@ func Inspect(t Target) *Report {
 		default:
 		}
 	}
-	inspectLink(r, t.Spec)
+	inspectLink(r, t.Spec, link)
 	if t.Peers {
 		inspectPeers(r)
 	}
@@ -78,7 +80,18 @@ func Inspect(t Target) *Report {
 }
 
 // inspectLink reads the tunnel link and, with a spec, the default routes.
-func inspectLink(r *Report, s *config.Spec) {
+// With a gate, a link and routes found right are not read again until an
+// rtnetlink event in the namespace (see Gate).
+func inspectLink(r *Report, s *config.Spec, g *Gate[Link]) {
+	p, skip, facts := g.begin(s, policy.Forwarded{})
+	if skip {
+		r.Link = facts
+		return
+	}
+	before := len(r.Problems)
+	defer func() {
+		g.verified(p, s, policy.Forwarded{}, len(r.Problems) == before && r.Link.Present && r.Link.Up, r.Link)
+	}()
 	h, err := netns.Handle(r.Name)
 	if err != nil {
 		if !netns.Exists(r.Name) { // deleted since Inspect looked
