@@ -95,3 +95,32 @@ func counterPackets(t *testing.T, path, table string) uint64 {
 	}
 	return n
 }
+
+// Counters reads the same counters Inspect does; a missing table has none.
+func TestCounters(t *testing.T) {
+	requireKernel(t)
+	_, path := newNS(t)
+	r := policy.Compile(portForwardSpec())
+	if got, err := policy.Counters(path, r.Name); err != nil || len(got) > 0 {
+		t.Errorf("Counters of a missing table: %v, %v", got, err)
+	}
+	if err := policy.Apply(r, path); err != nil {
+		t.Fatal(err)
+	}
+	got, err := policy.Counters(path, r.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := policy.Inspect(path, r.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || len(got) != len(st.Counters) {
+		t.Fatalf("Counters: %v; Inspect: %v", got, st.Counters)
+	}
+	for i := range got {
+		if got[i].Name != st.Counters[i].Name {
+			t.Errorf("counter %d: %q, Inspect %q", i, got[i].Name, st.Counters[i].Name)
+		}
+	}
+}

@@ -118,13 +118,13 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			locked(func() {
 				log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
 				rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
-				mon.observe(inst)
+				mon.observe(inst, nil)
 				mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 			})
 		case <-tick.C:
 			locked(func() {
 				rep := watch.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
-				mon.observe(inst)
+				mon.observe(inst, watch)
 				mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 				fo.tick(ctx) // failover_linux.go: dead tunnels, drift, the pool
 				// Mark the tx counter soon after each handshake is due for

@@ -26,9 +26,7 @@ func inspectPeers(r *Report) {
 	}
 	now := time.Now()
 	samples := samplesOf(d.Peers)
-	marks := readMarks(names.TxMarks(r.Name))
-	next := nextMarks(now, samples, marks)
-	writeMarks(names.TxMarks(r.Name), next)
+	next := updateMarks(r.Name, now, samples)
 	fresh, stale := false, ""
 	for i, p := range d.Peers {
 		pr := Peer{RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval.Seconds()}
@@ -64,11 +62,19 @@ func inspectPeers(r *Report) {
 // status can tell idle from dead. The file is written only when a mark
 // changes.
 func MarkTx(name string, peers []wgtypes.Peer) {
+	updateMarks(name, time.Now(), samplesOf(peers))
+}
+
+// updateMarks takes the marks of namespace name to what samples make of
+// them (nextMarks), writing the file only when a mark changed.
+func updateMarks(name string, now time.Time, samples []peerSample) map[string]txMark {
 	p := names.TxMarks(name)
 	old := readMarks(p)
-	if next := nextMarks(time.Now(), samplesOf(peers), old); !maps.Equal(next, old) {
+	next := nextMarks(now, samples, old)
+	if !maps.Equal(next, old) {
 		writeMarks(p, next)
 	}
+	return next
 }
 
 // readDevice reads the WireGuard device iface of namespace name: a
