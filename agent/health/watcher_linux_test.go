@@ -2,7 +2,6 @@ package health
 
 import (
 	"net/netip"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -20,12 +20,8 @@ import (
 // moves the namespace's generation. Likewise for the tunnel link and the
 // default route, changed with ip: any rtnetlink event means a read.
 func TestWatcherCatchesChangesOnTheNextCheck(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (namespaces, nftables)")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs nft (the tamperer)")
-	}
+	testenv.NeedRoot(t, "network namespaces, nftables")
+	testenv.NeedTools(t, "nft", "ip", "nsenter") // the tamperers
 	id, err := testbed.NewID("hw")
 	if err != nil {
 		t.Fatal(err)
