@@ -35,20 +35,49 @@ func Inspect(nsPath, name string) (*State, error) {
 	return st, nil
 }
 
-func readTable(c *nftables.Conn, t *nftables.Table, st *State) error {
+// Counters reads only the named counters of the inet table name in the
+// namespace at nsPath ("" is the caller's own): one netlink dump, for a
+// caller that knows the rest of the table is unchanged (its generation
+// did not move) but wants the counts as they are now. They are sorted by
+// name, as in a State. A missing table has none (the kernel's dump is
+// empty).
+func Counters(nsPath, name string) ([]CounterState, error) {
+	var out []CounterState
+	err := withConn(nsPath, func(c *nftables.Conn) (err error) {
+		out, err = readCounters(c, &nftables.Table{Name: name, Family: nftables.TableFamilyINet})
+		return err
+	})
+	slices.SortFunc(out, func(a, b CounterState) int { return strings.Compare(a.Name, b.Name) })
+	if err != nil {
+		return nil, fmt.Errorf("counters of table %s %q in %s: %w", FamilyINet, name, nsName(nsPath), err)
+	}
+	return out, nil
+}
+
+func readCounters(c *nftables.Conn, t *nftables.Table) ([]CounterState, error) {
 	objs, err := c.GetNamedObjects(t)
 	if err != nil {
-		return fmt.Errorf("list counters: %w", err)
+		return nil, fmt.Errorf("list counters: %w", err)
 	}
+	var out []CounterState
 	for _, o := range objs {
 		if no, ok := o.(*nftables.NamedObj); ok && no.Type == nftables.ObjTypeCounter {
 			cs := CounterState{Name: no.Name}
 			if ctr, ok := no.Obj.(*expr.Counter); ok {
 				cs.Packets, cs.Bytes = ctr.Packets, ctr.Bytes
 			}
-			st.Counters = append(st.Counters, cs)
+			out = append(out, cs)
 		}
 	}
+	return out, nil
+}
+
+func readTable(c *nftables.Conn, t *nftables.Table, st *State) error {
+	counters, err := readCounters(c, t)
+	if err != nil {
+		return err
+	}
+	st.Counters = counters
 
 	sets, err := c.GetSets(t)
 	if err != nil {

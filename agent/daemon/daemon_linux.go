@@ -77,6 +77,10 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		fwd.stop() // announces the port lost while the namespace is still there
 		return teardown(eng, inst, log)
 	}
+	// The watchdog's checks read a kill-switch table back only when its
+	// namespace's nf_tables generation moved (or every DefaultBackstop).
+	watch := health.NewWatcher(s.Name)
+	defer watch.Close()
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
 	var wd <-chan time.Time
@@ -114,19 +118,21 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			locked(func() {
 				log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
 				rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
-				mon.observe(inst)
+				mon.observe(inst, nil)
 				mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 			})
 		case <-tick.C:
 			locked(func() {
-				rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
-				mon.observe(inst)
+				rep := watch.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
+				mon.observe(inst, watch)
 				mon.repaired(rep, repair(ctx, eng, inst, rep, log))
+				fo.tick(ctx) // failover_linux.go: dead tunnels, drift, the pool
 				// Mark the tx counter soon after each handshake is due for
 				// renewal, so that status can tell an idle tunnel from a peer
-				// that stopped answering.
-				health.SampleTx(inst.Spec.Name, inst.Spec.Interface)
-				fo.tick(ctx) // failover_linux.go: dead tunnels, drift, the pool
+				// that stopped answering (from the device fo.tick read).
+				if d := fo.device; d != nil {
+					health.MarkTx(inst.Spec.Name, d.Peers)
+				}
 				mon.liveness(o.Liveness)
 			})
 		case r := <-fo.results:
@@ -137,7 +143,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
 			locked(func() {
-				if health.Check(inst.Spec, inst.Tunnel, inst.Forwarded()).Healthy() {
+				if watch.Check(inst.Spec, inst.Tunnel, inst.Forwarded()).Healthy() {
 					Notify("WATCHDOG=1")
 				}
 			})

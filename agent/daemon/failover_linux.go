@@ -74,7 +74,8 @@ type failover struct {
 	results   chan probeResult
 
 	probeFailures, driftRepairs int
-	recorded                    engine.Liveness // the last written to the state file
+	device                      *wireguard.Device // as the last tick read it; nil if unreadable
+	recorded                    engine.Liveness   // the last written to the state file
 }
 
 type probeResult struct {
@@ -121,7 +122,9 @@ func (f *failover) tick(ctx context.Context) {
 		f.log.Warn("the WireGuard device was changed behind the agent's back; configuration re-applied", "drift", drift)
 		f.judge.Reset() // the peers were replaced: their counters start again
 	}
+	f.device = nil
 	if d, err := f.eng.Device(f.inst); err == nil {
+		f.device = d
 		f.judge.Observe(sampleOf(d, f.inst.Spec, now))
 	}
 	if f.probe != nil && !now.Before(f.nextProbe) {

@@ -36,7 +36,7 @@ func startMonitor(s *config.Spec, log *slog.Logger) (*monitor, error) {
 // ready marks the namespace up and publishes its first inspection.
 func (mo *monitor) ready(inst *engine.Instance) {
 	if mo != nil {
-		mo.observe(inst)
+		mo.observe(inst, nil)
 		mo.m.Ready()
 	}
 }
@@ -45,11 +45,18 @@ func (mo *monitor) ready(inst *engine.Instance) {
 // (with the WireGuard peers: handshake and byte counts), so /healthz
 // lists the problems status shows. It runs before the repair of the same
 // check, so a problem found is published even when repaired at once.
-func (mo *monitor) observe(inst *engine.Instance) {
+// Through w (nil: read everything), a table and link the same check
+// just verified are not read again; the drop counters always are.
+func (mo *monitor) observe(inst *engine.Instance, w *health.Watcher) {
 	if mo == nil {
 		return
 	}
-	rep := health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true, Forwarded: inst.Forwarded()})
+	var rep *health.Report
+	if w != nil {
+		rep = w.Observe(inst.Spec, inst.Tunnel, inst.Forwarded())
+	} else {
+		rep = health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true, Forwarded: inst.Forwarded()})
+	}
 	// The failover loop's judgement, as status adds it from the state file.
 	if p := inst.Liveness().Problem(); p != "" {
 		rep.Add(health.TunnelDead, "%s", p)

@@ -26,6 +26,8 @@ type Target struct {
 	// Forwarded is what the kill switch's forwarded-port sets must hold
 	// (the ports of a live NAT-PMP lease).
 	Forwarded policy.Forwarded
+
+	gates *Watcher // nil: every table is read in full
 }
 
 // Check inspects the namespace of s as its agent sees it: t is the
@@ -48,7 +50,13 @@ func Inspect(t Target) *Report {
 		return r
 	}
 	r.Namespace = true
-	inspectPolicy(r, t.Spec, t.Forwarded)
+	var table *Gate[Policy]
+	var link *Gate[Link]
+	var host *Gate[struct{}]
+	if t.gates != nil {
+		table, link, host = &t.gates.Table, &t.gates.Link, &t.gates.Host
+	}
+	inspectPolicy(r, t.Spec, t.Forwarded, table, t.Peers)
 	if t.Tunnel != nil {
 		select {
 		case <-t.Tunnel.Done():
@@ -56,7 +64,7 @@ func Inspect(t Target) *Report {
 		default:
 		}
 	}
-	inspectLink(r, t.Spec)
+	inspectLink(r, t.Spec, link)
 	if t.Peers {
 		inspectPeers(r)
 	}
@@ -64,7 +72,7 @@ func Inspect(t Target) *Report {
 		if _, err := netlink.LinkByName(s.HostLink.HostIf); err != nil {
 			r.Add(HostLinkMissing, "host link %s missing", s.HostLink.HostIf)
 		}
-		if ok, err := hostPolicyMatches(s); err != nil || !ok {
+		if ok, err := hostPolicyMatches(s, host); err != nil || !ok {
 			r.Add(HostPolicyMissing, "host table for %s missing or changed", s.Name)
 		}
 	}
@@ -72,7 +80,18 @@ func Inspect(t Target) *Report {
 }
 
 // inspectLink reads the tunnel link and, with a spec, the default routes.
-func inspectLink(r *Report, s *config.Spec) {
+// With a gate, a link and routes found right are not read again until an
+// rtnetlink event in the namespace (see Gate).
+func inspectLink(r *Report, s *config.Spec, g *Gate[Link]) {
+	p, skip, facts := g.begin(s, policy.Forwarded{})
+	if skip {
+		r.Link = facts
+		return
+	}
+	before := len(r.Problems)
+	defer func() {
+		g.verified(p, s, policy.Forwarded{}, len(r.Problems) == before && r.Link.Present && r.Link.Up, r.Link)
+	}()
 	h, err := netns.Handle(r.Name)
 	if err != nil {
 		if !netns.Exists(r.Name) { // deleted since Inspect looked

@@ -3,6 +3,7 @@ package health
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"os"
 	"time"
 
@@ -24,10 +25,8 @@ func inspectPeers(r *Report) {
 		return
 	}
 	now := time.Now()
-	samples := samplesOf(d)
-	marks := readMarks(names.TxMarks(r.Name))
-	next := nextMarks(now, samples, marks)
-	writeMarks(names.TxMarks(r.Name), next)
+	samples := samplesOf(d.Peers)
+	next := updateMarks(r.Name, now, samples)
 	fresh, stale := false, ""
 	for i, p := range d.Peers {
 		pr := Peer{RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval.Seconds()}
@@ -57,14 +56,25 @@ func inspectPeers(r *Report) {
 	}
 }
 
-// SampleTx records the peers' tx counters at a new handshake without
-// judging them: the agent calls it every check, so that the mark is taken
-// right after each handshake and status can tell idle from dead.
-func SampleTx(name, iface string) {
-	if d, err := readDevice(name, iface); err == nil {
-		p := names.TxMarks(name)
-		writeMarks(p, nextMarks(time.Now(), samplesOf(d), readMarks(p)))
+// MarkTx records the tx counters of peers (as the agent just read its
+// device) at a new handshake without judging them: the agent calls it
+// every check, so that the mark is taken right after each handshake and
+// status can tell idle from dead. The file is written only when a mark
+// changes.
+func MarkTx(name string, peers []wgtypes.Peer) {
+	updateMarks(name, time.Now(), samplesOf(peers))
+}
+
+// updateMarks takes the marks of namespace name to what samples make of
+// them (nextMarks), writing the file only when a mark changed.
+func updateMarks(name string, now time.Time, samples []peerSample) map[string]txMark {
+	p := names.TxMarks(name)
+	old := readMarks(p)
+	next := nextMarks(now, samples, old)
+	if !maps.Equal(next, old) {
+		writeMarks(p, next)
 	}
+	return next
 }
 
 // readDevice reads the WireGuard device iface of namespace name: a
@@ -87,9 +97,9 @@ func readDevice(name, iface string) (d *wgtypes.Device, err error) {
 	return d, netns.Do(name, get)
 }
 
-func samplesOf(d *wgtypes.Device) []peerSample {
+func samplesOf(peers []wgtypes.Peer) []peerSample {
 	var out []peerSample
-	for _, p := range d.Peers {
+	for _, p := range peers {
 		id := sha256.Sum256(p.PublicKey[:])
 		out = append(out, peerSample{ID: hex.EncodeToString(id[:8]), Handshake: p.LastHandshakeTime, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval})
 	}

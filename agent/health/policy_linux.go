@@ -8,8 +8,24 @@ import (
 
 // inspectPolicy reads the kill switch back from the kernel: whether it is
 // loaded, whether it is exactly what the spec compiles to (when known),
-// its rule count and its drop counters.
-func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded) {
+// its rule count and its drop counters. With a gate, a table unchanged
+// since it last matched is not read again (see Gate).
+// With counters, a skipped read still reads the drop counters (one dump).
+func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded, g *Gate[Policy], counters bool) {
+	p, skip, facts := g.begin(s, fwd)
+	if skip && counters {
+		// The table is unchanged, its counters not: read them alone. None
+		// (or an error) means something is off after all: read it all.
+		cs, err := policy.Counters(names.Netns(r.Name), names.Table)
+		if skip = err == nil && len(cs) > 0; skip {
+			facts.Drops = drops(cs)
+		}
+	}
+	if skip {
+		r.Policy = facts
+		return
+	}
+	defer func() { g.verified(p, s, fwd, r.Policy.Loaded && r.Policy.Matches, r.Policy) }()
 	st, err := policy.Inspect(names.Netns(r.Name), names.Table)
 	if err != nil || !st.Loaded {
 		r.Add(PolicyMissing, "kill-switch table is NOT loaded")
@@ -17,10 +33,7 @@ func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded) {
 	}
 	r.Policy.Loaded = true
 	r.Policy.Rules = st.RuleCount()
-	r.Policy.Drops = map[string]uint64{}
-	for _, c := range st.Counters {
-		r.Policy.Drops[c.Name] = c.Packets
-	}
+	r.Policy.Drops = drops(st.Counters)
 	if s == nil {
 		return
 	}
@@ -32,12 +45,29 @@ func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded) {
 }
 
 // hostPolicyMatches reports whether the host table of s's host link is
-// loaded and identical to what s compiles to.
-func hostPolicyMatches(s *config.Spec) (bool, error) {
+// loaded and identical to what s compiles to, through the gate g (nil:
+// always read).
+func hostPolicyMatches(s *config.Spec, g *Gate[struct{}]) (bool, error) {
+	p, skip, _ := g.begin(s, policy.Forwarded{})
+	if skip {
+		return true, nil
+	}
 	want := policy.CompileHost(s)
 	st, err := policy.Inspect("", want.Name)
 	if err != nil || !st.Loaded {
+		g.verified(p, s, policy.Forwarded{}, false, struct{}{})
 		return false, err
 	}
-	return st.Verify(want) == nil, nil
+	ok := st.Verify(want) == nil
+	g.verified(p, s, policy.Forwarded{}, ok, struct{}{})
+	return ok, nil
+}
+
+// drops maps each counter's name to its packets.
+func drops(cs []policy.CounterState) map[string]uint64 {
+	out := make(map[string]uint64, len(cs))
+	for _, c := range cs {
+		out[c.Name] = c.Packets
+	}
+	return out
 }

@@ -1,0 +1,156 @@
+package policy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// GenWatch reads the nf_tables ruleset generation of one network
+// namespace: a counter the kernel bumps at every committed nf_tables
+// transaction in that namespace (any table, any process: nft, our Apply,
+// SetForwarded), and never for packets (counter increments, ct state). Two
+// reads that return the same generation of the same namespace therefore
+// saw the same ruleset. It keeps one netlink socket open in the namespace,
+// so that a read is one request; the socket pins the namespace it was
+// opened in, so Read also reports which namespace answered (Ident), and a
+// path that now names another namespace (deleted and made again) opens a
+// new socket.
+//
+// A GenWatch is used by one goroutine at a time.
+type GenWatch struct {
+	path string // the namespace file; "" is the caller's own (its main thread's)
+	conn *netlink.Conn
+	ino  uint64 // of the namespace conn lives in
+}
+
+// Gen is one reading: the namespace (its inode, which the open socket
+// keeps from being reused) and its ruleset generation.
+type Gen struct {
+	Ident uint64
+	ID    uint32
+}
+
+// NewGenWatch watches the namespace at nsPath ("" is the caller's own).
+// Nothing is opened until the first Read.
+func NewGenWatch(nsPath string) *GenWatch { return &GenWatch{path: nsPath} }
+
+// Read returns the namespace's current generation. On any error the
+// socket is closed (the next Read opens a new one) and the caller must
+// assume the ruleset changed.
+func (w *GenWatch) Read() (Gen, error) {
+	g, err := w.read()
+	if err != nil {
+		w.Close()
+		return Gen{}, fmt.Errorf("nf_tables generation of %s: %w", nsName(w.path), err)
+	}
+	return g, nil
+}
+
+func (w *GenWatch) read() (Gen, error) {
+	path := w.path
+	if path == "" {
+		path = "/proc/self/ns/net"
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return Gen{}, err
+	}
+	if w.conn != nil && st.Ino != w.ino {
+		w.Close() // another namespace under the same name
+	}
+	if w.conn == nil {
+		if err := w.open(path); err != nil {
+			return Gen{}, err
+		}
+	}
+	id, err := getGen(w.conn)
+	if err != nil {
+		return Gen{}, err
+	}
+	return Gen{Ident: w.ino, ID: id}, nil
+}
+
+// open dials a netfilter netlink socket inside the namespace at path and
+// records the namespace's inode, read from the same file descriptor.
+func (w *GenWatch) open(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	fd := int(f.Fd())
+	if fd == 0 { // the library reads 0 as "no namespace"
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(dup)
+		fd = dup
+	}
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: fd})
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	w.conn, w.ino = c, st.Ino
+	return nil
+}
+
+// Close closes the socket, if open.
+func (w *GenWatch) Close() {
+	if w.conn != nil {
+		w.conn.Close()
+		w.conn, w.ino = nil, 0
+	}
+}
+
+// The request google/nftables has no call for: NFT_MSG_GETGEN, answered
+// by NFT_MSG_NEWGEN carrying NFTA_GEN_ID.
+const (
+	nftMsgNewGen = 15
+	nftMsgGetGen = 16
+	nftaGenID    = 1
+	nfnlSubsysNF = 10 // NFNL_SUBSYS_NFTABLES
+)
+
+func getGen(c *netlink.Conn) (uint32, error) {
+	req := netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(nfnlSubsysNF<<8 | nftMsgGetGen),
+			Flags: netlink.Request,
+		},
+		// struct nfgenmsg: family AF_UNSPEC, version NFNETLINK_V0, res_id 0.
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	}
+	msgs, err := c.Execute(req)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range msgs {
+		if m.Header.Type != netlink.HeaderType(nfnlSubsysNF<<8|nftMsgNewGen) || len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, err
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == nftaGenID {
+				return ad.Uint32(), nil
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return 0, err
+		}
+	}
+	return 0, errors.New("no generation in the kernel's answer")
+}
