@@ -14,6 +14,7 @@ const (
 	CounterHostFwdFromNS = "fwd_from_ns"
 	CounterHostFwdToNS   = "fwd_to_ns"
 	CounterHostInFromNS  = "in_from_ns"
+	CounterHostMisrouted = "misrouted_to_ns"
 )
 
 // CompileHost returns the host-side table for s's host link, or nil when
@@ -34,6 +35,14 @@ func CompileHost(s *config.Spec) *Ruleset {
 	})
 	maps = slices.Compact(maps)
 
+	// While the host link is replaced (an agent restarting over what a
+	// crashed one left) the host has no route to the namespace: a DNATed
+	// connection, or the host's own, would follow the default route out of
+	// the uplink. The table outlives the agent, so it drops them.
+	misrouted := Rule{
+		Exprs:   []Expr{Iface{Out: true, Not: true, Name: hl.HostIf}, Addr{IP: hl.NSAddr.Addr()}, CounterRef{CounterHostMisrouted}, Drop},
+		Comment: "traffic to the namespace leaves only by its host link (never by another route while the link is missing): count and drop",
+	}
 	var pre, out []Rule
 	for _, m := range maps {
 		p := Proto(m.Proto)
@@ -59,6 +68,7 @@ func CompileHost(s *config.Spec) *Ruleset {
 			{CounterHostFwdFromNS, "packets from the namespace the host was asked to route (never a way out)"},
 			{CounterHostFwdToNS, "routed packets to the namespace that were not published"},
 			{CounterHostInFromNS, "packets from the namespace to host sockets that are not replies"},
+			{CounterHostMisrouted, "packets to the namespace that would have left by another interface (its host link missing)"},
 		},
 		Sets: []Set{{
 			Name: "accessible4", Type: SetIPv4Addr, Interval: true, Comment: "sources allowed to reach the published ports",
@@ -83,6 +93,14 @@ func CompileHost(s *config.Spec) *Ruleset {
 					acceptElseDrop(toNS, CtStatusDNAT{}, CounterHostFwdToNS,
 						"only published (DNATed) connections are routed into the namespace",
 						"nothing else is routed into the namespace: count and drop")),
+			},
+			{
+				// Postrouting sees the interface a packet really leaves by,
+				// also a host connection rerouted by its DNAT (output's
+				// oifname is the route before the DNAT).
+				Name: "postrouting", Type: ChainFilter, Hook: HookPostrouting, Priority: PriorityFilter, Policy: PolicyAccept,
+				Comment: "routed and the host's own traffic to the namespace leaves only by the host link",
+				Rules:   []Rule{misrouted},
 			},
 			{
 				Name: "input", Type: ChainFilter, Hook: HookInput, Priority: PriorityFilter, Policy: PolicyAccept,

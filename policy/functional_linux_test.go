@@ -266,4 +266,39 @@ func TestFailClosed(t *testing.T) {
 			t.Error("in_from_ns did not count")
 		}
 	})
+	// Last, as it deletes the host link: while it is missing (an agent
+	// restarting replaces it) a published connection must not follow the
+	// host's default route out of the uplink.
+	t.Run("published connection without the host link never leaves by the uplink", func(t *testing.T) {
+		run(t, "ip", "-n", tb.host, "link", "add", "up0", "type", "veth", "peer", "name", "up-peer", "netns", tb.vpn)
+		run(t, "ip", "-n", tb.vpn, "link", "set", "up-peer", "up")
+		run(t, "ip", "-n", tb.host, "link", "set", "up0", "arp", "off", "up")
+		run(t, "ip", "-n", tb.host, "route", "add", "default", "dev", "up0")
+		// Positive control: the host does route a LAN connection out of
+		// the uplink, and its tx count shows it.
+		tx := txPackets(t, tb.host, "up0")
+		if err, _ := dialTCP(t, tb.lan, "203.0.113.1:80", short); err == nil {
+			t.Error("positive control: a dial to the uplink's void was answered")
+		}
+		if txPackets(t, tb.host, "up0") <= tx {
+			t.Fatal("positive control: the LAN's connection to the internet did not leave by the uplink")
+		}
+		run(t, "ip", "-n", tb.host, "link", "del", tbHostIf)
+		for _, c := range []struct{ what, from, to string }{
+			{"a LAN client's", tb.lan, tbLANHost + ":8080"},
+			{"the host's own", tb.host, tbHost + ":8080"},
+		} {
+			tx = txPackets(t, tb.host, "up0")
+			if n := tb.delta(t, tb.hostPath, hostTable, policy.CounterHostMisrouted, func() {
+				if err, _ := dialTCP(t, c.from, c.to, short); err == nil {
+					t.Errorf("%s connection to the published port was answered without the host link", c.what)
+				}
+			}); n == 0 {
+				t.Errorf("misrouted_to_ns did not count %s DNATed connection", c.what)
+			}
+			if got := txPackets(t, tb.host, "up0"); got != tx {
+				t.Errorf("LEAK: %d packets of %s published connection left by the uplink", got-tx, c.what)
+			}
+		}
+	})
 }
