@@ -45,6 +45,7 @@ ft=${VPNC_FUZZTIME:-100000x}
 go test ./agent/wgquick -run '^$' -fuzz '^FuzzParse$' -fuzztime "$ft"
 go test ./agent/config -run '^$' -fuzz '^FuzzConfig$' -fuzztime "$ft"
 go test ./agent/natpmp -run '^$' -fuzz '^FuzzResponse$' -fuzztime "$ft"
+go test ./agent/wireguard -run '^$' -fuzz '^FuzzParseUAPI$' -fuzztime "$ft"
 
 step "nix: parse every .nix file, check vendorHash"
 .ci/nix-check.sh

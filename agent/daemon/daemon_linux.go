@@ -56,7 +56,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 	if err != nil {
 		return err
 	}
-	mon.ready(inst)
+	mon.ready(inst, readingOf(eng, inst))
 	if err := Notify(fmt.Sprintf("READY=1\nSTATUS=namespace %s up (%s backend)\nMAINPID=%d", s.Name, inst.Backend, os.Getpid())); err != nil {
 		log.Warn("sd_notify failed", "err", err)
 	}
@@ -81,6 +81,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 	// namespace's nf_tables generation moved (or every DefaultBackstop).
 	watch := health.NewWatcher(s.Name)
 	defer watch.Close()
+	steps := &agentTick{eng: eng, inst: inst, watch: watch, mon: mon, fo: fo, log: log}
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
 	var wd <-chan time.Time
@@ -118,21 +119,15 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			locked(func() {
 				log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
 				rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
-				mon.observe(inst, nil)
+				mon.observe(inst, nil, readingOf(eng, inst))
 				mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 			})
 		case <-tick.C:
 			locked(func() {
-				rep := watch.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
-				mon.observe(inst, watch)
-				mon.repaired(rep, repair(ctx, eng, inst, rep, log))
-				fo.tick(ctx) // failover_linux.go: dead tunnels, drift, the pool
-				// Mark the tx counter soon after each handshake is due for
-				// renewal, so that status can tell an idle tunnel from a peer
-				// that stopped answering (from the device fo.tick read).
-				if d := fo.device; d != nil {
-					health.MarkTx(inst.Spec.Name, d.Peers)
-				}
+				// tick_linux.go: the health check, metrics, the repair,
+				// the failover round (failover_linux.go: dead tunnels,
+				// drift, the pool) and the tx marks, on one device reading.
+				runTick(ctx, steps, readingOf(eng, inst))
 				mon.liveness(o.Liveness)
 			})
 		case r := <-fo.results:

@@ -58,7 +58,7 @@ func (l *Liveness) set(s Snapshot) {
 // failover judges the tunnel on each tick and drives the recovery. It
 // runs on the daemon's loop only: engine calls never race.
 type failover struct {
-	eng   *engine.Engine
+	eng   failoverEngine
 	inst  *engine.Instance
 	log   *slog.Logger
 	out   *Liveness
@@ -74,8 +74,7 @@ type failover struct {
 	results   chan probeResult
 
 	probeFailures, driftRepairs int
-	device                      *wireguard.Device // as the last tick read it; nil if unreadable
-	recorded                    engine.Liveness   // the last written to the state file
+	recorded                    engine.Liveness // the last written to the state file
 }
 
 type probeResult struct {
@@ -83,7 +82,14 @@ type probeResult struct {
 	err error
 }
 
-func newFailover(eng *engine.Engine, inst *engine.Instance, out *Liveness, log *slog.Logger) *failover {
+// failoverEngine is what the failover loop asks of the engine.
+type failoverEngine interface {
+	RepairDriftIn(ctx context.Context, inst *engine.Instance, d *wireguard.Device) ([]string, error)
+	Switch(ctx context.Context, inst *engine.Instance, next *config.Spec) error
+	RecordLiveness(inst *engine.Instance, l *engine.Liveness) error
+}
+
+func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *slog.Logger) *failover {
 	pool := inst.Spec.Pool
 	if len(pool) == 0 {
 		pool = []*config.Spec{inst.Spec}
@@ -111,26 +117,41 @@ const probeSlack = 250 * time.Millisecond
 // verdict within Failures timeouts of the first one.
 func probeTimeout(iv time.Duration) time.Duration { return min(iv/2, 10*time.Second) }
 
-// tick runs one round: drift, a sample, maybe a probe, the verdict and
-// the recovery.
-func (f *failover) tick(ctx context.Context) {
+// tick runs one round on the check's reading of the device: drift, a
+// sample, maybe a probe, the verdict and the recovery.
+func (f *failover) tick(ctx context.Context, dev *deviceReading) {
 	now := f.now()
-	if drift, err := f.eng.RepairDrift(ctx, f.inst); err != nil {
-		f.log.Debug("cannot compare the device with its configuration", "err", err)
-	} else if len(drift) > 0 {
-		f.driftRepairs++
-		f.log.Warn("the WireGuard device was changed behind the agent's back; configuration re-applied", "drift", drift)
-		f.judge.Reset() // the peers were replaced: their counters start again
+	d, err := dev.Device()
+	if err != nil {
+		f.log.Debug("cannot read the device", "err", err)
+	} else if f.repairDrift(ctx, d) {
+		dev.drop() // the sample is of the device as re-applied
+		d, err = dev.Device()
 	}
-	f.device = nil
-	if d, err := f.eng.Device(f.inst); err == nil {
-		f.device = d
+	if err == nil {
 		f.judge.Observe(sampleOf(d, f.inst.Spec, now))
 	}
 	if f.probe != nil && !now.Before(f.nextProbe) {
 		f.startProbe(ctx, now)
 	}
 	f.decide(ctx, now)
+}
+
+// repairDrift compares d with the configuration applied and re-applies
+// it when they differ; true when it did.
+func (f *failover) repairDrift(ctx context.Context, d *wireguard.Device) bool {
+	drift, err := f.eng.RepairDriftIn(ctx, f.inst, d)
+	if err != nil {
+		f.log.Debug("cannot compare the device with its configuration", "err", err)
+		return false
+	}
+	if len(drift) == 0 {
+		return false
+	}
+	f.driftRepairs++
+	f.log.Warn("the WireGuard device was changed behind the agent's back; configuration re-applied", "drift", drift)
+	f.judge.Reset() // the peers were replaced: their counters start again
+	return true
 }
 
 // startProbe runs one probe in the namespace, unless one is in flight.

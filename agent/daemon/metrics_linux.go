@@ -33,10 +33,11 @@ func startMonitor(s *config.Spec, log *slog.Logger) (*monitor, error) {
 	return &monitor{m: m, srv: srv}, nil
 }
 
-// ready marks the namespace up and publishes its first inspection.
-func (mo *monitor) ready(inst *engine.Instance) {
+// ready marks the namespace up and publishes its first inspection, its
+// peers from dev.
+func (mo *monitor) ready(inst *engine.Instance, dev health.DeviceReader) {
 	if mo != nil {
-		mo.observe(inst, nil)
+		mo.observe(inst, nil, dev)
 		mo.m.Ready()
 	}
 }
@@ -46,16 +47,17 @@ func (mo *monitor) ready(inst *engine.Instance) {
 // lists the problems status shows. It runs before the repair of the same
 // check, so a problem found is published even when repaired at once.
 // Through w (nil: read everything), a table and link the same check
-// just verified are not read again; the drop counters always are.
-func (mo *monitor) observe(inst *engine.Instance, w *health.Watcher) {
+// just verified are not read again; the drop counters always are. The
+// peers come from dev, the check's reading of the device.
+func (mo *monitor) observe(inst *engine.Instance, w *health.Watcher, dev health.DeviceReader) {
 	if mo == nil {
 		return
 	}
 	var rep *health.Report
 	if w != nil {
-		rep = w.Observe(inst.Spec, inst.Tunnel, inst.Forwarded())
+		rep = w.ObserveWith(inst.Spec, inst.Tunnel, inst.Forwarded(), dev)
 	} else {
-		rep = health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true, Forwarded: inst.Forwarded()})
+		rep = health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true, Device: dev, Forwarded: inst.Forwarded()})
 	}
 	// The failover loop's judgement, as status adds it from the state file.
 	if p := inst.Liveness().Problem(); p != "" {

@@ -33,8 +33,8 @@ func repairsSeen(t *testing.T, m *metrics.Metrics) map[string]float64 {
 
 func TestMonitorCountsRepairs(t *testing.T) {
 	var off *monitor // metrics off: every call is a no-op
-	off.ready(nil)
-	off.observe(nil, nil)
+	off.ready(nil, nil)
+	off.observe(nil, nil, nil)
 	off.repaired(&health.Report{}, true)
 	off.stop()
 	if mo, err := startMonitor(&config.Spec{Name: "proton"}, nil); mo != nil || err != nil {

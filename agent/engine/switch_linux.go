@@ -195,28 +195,39 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	return nil
 }
 
-// RepairDrift compares the live device with the configuration the agent
-// applied and, when they differ (someone changed an endpoint, a peer or
-// the key through the UAPI socket or netlink), applies it again. It
-// returns what differed.
+// RepairDrift reads the live device and repairs its drift (RepairDriftIn).
 func (e *Engine) RepairDrift(ctx context.Context, inst *Instance) ([]string, error) {
 	if inst.Tunnel == nil {
 		return nil, nil
 	}
-	sys := e.sys()
+	d, err := e.Device(inst)
+	if err != nil {
+		return nil, err
+	}
+	return e.RepairDriftIn(ctx, inst, d)
+}
+
+// RepairDriftIn compares d, the live device as the caller just read it
+// (the watchdog's one reading of its check), with the configuration the
+// agent applied and, when they differ (someone changed an endpoint, a
+// peer or the key through the UAPI socket or netlink), applies it again.
+// It returns what differed.
+func (e *Engine) RepairDriftIn(ctx context.Context, inst *Instance, d *wireguard.Device) ([]string, error) {
+	if inst.Tunnel == nil {
+		return nil, nil
+	}
 	want, err := e.applied(ctx, inst)
 	if err != nil {
 		return nil, err
 	}
-	d, err := sys.dev.Read(inst.Spec.Name, inst.Spec.Interface)
-	if err != nil {
-		return nil, err
+	if inst.want == nil || inst.want.Config() != want {
+		inst.want = wireguard.NewWant(want) // once per configuration applied
 	}
-	drift := wireguard.Drift(d, *want)
+	drift := inst.want.Drift(d)
 	if len(drift) == 0 {
 		return nil, nil
 	}
-	return drift, sys.dev.Configure(inst.Tunnel, inst.Spec.Name, live(*want, inst.Spec))
+	return drift, e.sys().dev.Configure(inst.Tunnel, inst.Spec.Name, live(*want, inst.Spec))
 }
 
 // Server is what the engine knows about the active server, for status
@@ -237,8 +248,18 @@ func (inst *Instance) ActiveServer() Server {
 	return s
 }
 
-// Device reads the live device of the instance (no key material).
+// selfReading is a tunnel that reads its own device in process (the
+// userspace backend's: no wgctrl, no UAPI socket).
+type selfReading interface {
+	Device() (*wireguard.Device, error)
+}
+
+// Device reads the live device of the instance (no key material): the
+// tunnel itself when it can, else through wgctrl (sys.dev).
 func (e *Engine) Device(inst *Instance) (*wireguard.Device, error) {
+	if t, ok := inst.Tunnel.(selfReading); ok {
+		return t.Device()
+	}
 	return e.sys().dev.Read(inst.Spec.Name, inst.Spec.Interface)
 }
 

@@ -23,6 +23,9 @@ type Target struct {
 	Tunnel wireguard.Tunnel
 	// Peers reads the WireGuard peers and flags a stale handshake.
 	Peers bool
+	// Device, with Peers, is where they are read: the agent's reading of
+	// its own device. Nil: through wgctrl (wireguard.ReadDevice).
+	Device DeviceReader
 	// Forwarded is what the kill switch's forwarded-port sets must hold
 	// (the ports of a live NAT-PMP lease).
 	Forwarded policy.Forwarded
@@ -66,7 +69,7 @@ func Inspect(t Target) *Report {
 	}
 	inspectLink(r, t.Spec, link)
 	if t.Peers {
-		inspectPeers(r)
+		inspectPeers(r, t.Device)
 	}
 	if s := t.Spec; s != nil && s.HostLink != nil {
 		if _, err := netlink.LinkByName(s.HostLink.HostIf); err != nil {

@@ -4,20 +4,31 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"maps"
-	"os"
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
-	"golang.zx2c4.com/wireguard/wgctrl"
+	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
-// inspectPeers reads the tunnel's peers (never its keys) and judges
-// whether any is answering (see judge). It records each peer's tx counter
-// at a new handshake, so that a later look can tell idle from dead.
-func inspectPeers(r *Report) {
-	d, err := readDevice(r.Name, r.Interface)
+// DeviceReader reads the tunnel's live device, without key material:
+// the agent passes its check's one reading of its own device.
+type DeviceReader interface {
+	Device() (*wireguard.Device, error)
+}
+
+// inspectPeers reads the tunnel's peers (never its keys) through dev (nil:
+// wgctrl, as status does) and judges whether any is answering (see
+// judge). It records each peer's tx counter at a new handshake, so that a
+// later look can tell idle from dead.
+func inspectPeers(r *Report, dev DeviceReader) {
+	var d *wireguard.Device
+	var err error
+	if dev != nil {
+		d, err = dev.Device()
+	} else {
+		d, err = wireguard.ReadDevice(r.Name, r.Interface)
+	}
 	if err != nil {
 		if r.Link.Up {
 			r.Add(WireGuardUnreadable, "cannot read WireGuard state: %v", err)
@@ -75,26 +86,6 @@ func updateMarks(name string, now time.Time, samples []peerSample) map[string]tx
 		writeMarks(p, next)
 	}
 	return next
-}
-
-// readDevice reads the WireGuard device iface of namespace name: a
-// kernel one from inside the namespace; a userspace one through its UAPI
-// socket from the host's namespace, as the agent's guard requires (it
-// judges a caller by its main thread, which netns.Do may have moved).
-func readDevice(name, iface string) (d *wgtypes.Device, err error) {
-	get := func() error {
-		c, err := wgctrl.New()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		d, err = c.Device(iface)
-		return err
-	}
-	if _, serr := os.Stat(names.UAPISocket(iface)); serr == nil {
-		return d, get()
-	}
-	return d, netns.Do(name, get)
 }
 
 func samplesOf(peers []wgtypes.Peer) []peerSample {

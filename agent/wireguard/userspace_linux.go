@@ -1,6 +1,8 @@
 package wireguard
 
 import (
+	"bytes"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +33,59 @@ type userspaceTunnel struct {
 	destroy error
 	gone    chan struct{} // closed once the TUN link is gone (Stop)
 	applied *wgtypes.Config
+	key     keyRecord
+}
+
+// keyRecord is the private key a userspace device was last given through
+// its tunnel (a pointer to the applied configuration's key, not a copy)
+// and its public half, derived once there: an in-process read compares
+// the device's key with it instead of deriving the public key each time.
+type keyRecord struct {
+	mu     sync.Mutex
+	key    *wgtypes.Key
+	public wgtypes.Key
+}
+
+// set records k (nil: keep the record), deriving its public half.
+func (r *keyRecord) set(k *wgtypes.Key) {
+	if k == nil {
+		return
+	}
+	pub := k.PublicKey()
+	r.mu.Lock()
+	r.key, r.public = k, pub
+	r.mu.Unlock()
+}
+
+// publicOf returns the public half of the device's private key priv: the
+// recorded one when priv is the recorded key (compared in constant
+// time), else derived (the key was changed some other way).
+func (r *keyRecord) publicOf(priv *wgtypes.Key) wgtypes.Key {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.key != nil && subtle.ConstantTimeCompare(priv[:], r.key[:]) == 1 {
+		return r.public
+	}
+	return priv.PublicKey()
+}
+
+// Device reads the device in process: wireguard-go's own "get", parsed
+// here, with no UAPI socket, no wgctrl and no listing of
+// /var/run/wireguard. The agent that owns the data plane reads it this
+// way; other processes (status) go through the UAPI socket (ReadDevice).
+// The text holds the private key: it is wiped once parsed.
+func (u *userspaceTunnel) Device() (*Device, error) {
+	var buf bytes.Buffer
+	err := u.dev.IpcGetOperation(&buf) // one Write: the key is in no other buffer of ours
+	defer clear(buf.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("read wireguard %q: %w", u.name, err)
+	}
+	d, err := parseUAPI(buf.Bytes(), u.key.publicOf)
+	if err != nil {
+		return nil, fmt.Errorf("read wireguard %q: %w", u.name, err)
+	}
+	return d, nil
 }
 
 func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsName string) (t Tunnel, err error) {
@@ -112,7 +167,9 @@ func createUserspace(log *slog.Logger, s *config.Spec, cfg wgtypes.Config, nsNam
 			pace.wake() // the device is gone: no idle spell of its own
 		}()
 	}
-	return &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul, applied: &cfg}, nil
+	u := &userspaceTunnel{name: s.Interface, dev: dev, uapi: ul, applied: &cfg}
+	u.key.set(cfg.PrivateKey)
+	return u, nil
 }
 
 // OpenTUN creates a TUN device in the calling thread's namespace, without
