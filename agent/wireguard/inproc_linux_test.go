@@ -16,6 +16,7 @@ import (
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/ipc"
+	"golang.zx2c4.com/wireguard/tun"
 	"golang.zx2c4.com/wireguard/tun/tuntest"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
@@ -31,7 +32,7 @@ func downTunnel(t testing.TB, cfg wgtypes.Config) *userspaceTunnel {
 	var b [4]byte
 	rand.Read(b[:])
 	name := "wt" + hex.EncodeToString(b[:])
-	dev := device.NewDevice(tuntest.NewChannelTUN().TUN(), conn.NewDefaultBind(), deviceLogger(slog.New(slog.NewTextHandler(io.Discard, nil)), name))
+	dev := device.NewDevice(newDownTUN(), conn.NewDefaultBind(), deviceLogger(slog.New(slog.NewTextHandler(io.Discard, nil)), name))
 	t.Cleanup(dev.Close)
 	if err := dev.IpcSet(uapiConfig(cfg)); err != nil {
 		t.Fatal(err)
@@ -39,6 +40,25 @@ func downTunnel(t testing.TB, cfg wgtypes.Config) *userspaceTunnel {
 	u := &userspaceTunnel{name: name, dev: dev, applied: &cfg}
 	u.key.set(cfg.PrivateKey)
 	return u
+}
+
+// downTUN is a channel TUN that never reports itself up: a channel TUN
+// says EventUp at once, and the device would then bind its UDP port and
+// start a handshake with the keepalive peer, so two reads could differ.
+type downTUN struct {
+	tun.Device
+	events chan tun.Event
+}
+
+func newDownTUN() *downTUN {
+	return &downTUN{Device: tuntest.NewChannelTUN().TUN(), events: make(chan tun.Event)}
+}
+
+func (d *downTUN) Events() <-chan tun.Event { return d.events }
+
+func (d *downTUN) Close() error {
+	close(d.events)
+	return d.Device.Close()
 }
 
 func testConfig(t testing.TB) wgtypes.Config {
@@ -72,6 +92,9 @@ func TestDeviceInProcess(t *testing.T) {
 	for _, p := range d.Peers {
 		if p.PresharedKey != (wgtypes.Key{}) {
 			t.Fatal("the read carries a preshared key")
+		}
+		if p.TransmitBytes != 0 {
+			t.Fatalf("the test device sent %d bytes: it is up, and reads of it may differ", p.TransmitBytes)
 		}
 	}
 	// A key changed behind the tunnel's back is derived, not taken from
