@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -23,7 +24,7 @@ import (
 //
 // A GenWatch is used by one goroutine at a time.
 type GenWatch struct {
-	path string // the namespace file; "" is the caller's own (its main thread's)
+	path string // the namespace file; "" is the calling thread's
 	conn *netlink.Conn
 	ino  uint64 // of the namespace conn lives in
 }
@@ -35,7 +36,11 @@ type Gen struct {
 	ID    uint32
 }
 
-// NewGenWatch watches the namespace at nsPath ("" is the caller's own).
+// NewGenWatch watches the namespace at nsPath; "" is the one the calling
+// goroutine's thread is in: the agent's own, because a thread that enters
+// another namespace (netns.Do) stays locked and never runs other
+// goroutines again. Not /proc/self: that is the main thread's, and the
+// runtime parks a main thread that ended locked inside another namespace.
 // Nothing is opened until the first Read.
 func NewGenWatch(nsPath string) *GenWatch { return &GenWatch{path: nsPath} }
 
@@ -54,7 +59,9 @@ func (w *GenWatch) Read() (Gen, error) {
 func (w *GenWatch) read() (Gen, error) {
 	path := w.path
 	if path == "" {
-		path = "/proc/self/ns/net"
+		runtime.LockOSThread() // thread-self names this thread only while locked
+		defer runtime.UnlockOSThread()
+		path = "/proc/thread-self/ns/net"
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {

@@ -2,8 +2,12 @@ package policy_test
 
 import (
 	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
 	"testing"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -123,4 +127,54 @@ func TestCounters(t *testing.T) {
 			t.Errorf("counter %d: %q, Inspect %q", i, got[i].Name, st.Counters[i].Name)
 		}
 	}
+}
+
+// GenWatch("") watches the agent's own namespace even after goroutines
+// entered another one with netns.Do: their threads stay locked there (and
+// the runtime parks the main thread rather than end it), so the main
+// thread's /proc/self/ns/net can name the confined namespace.
+func TestGenWatchOwnNamespace(t *testing.T) {
+	requireKernel(t)
+	other, path := newNS(t)
+	own := threadNetns(t)
+	w := policy.NewGenWatch("")
+	defer w.Close()
+	o := policy.NewGenWatch(path)
+	defer o.Close()
+	// Positive control: a watch of the other namespace reports that one.
+	if g, err := o.Read(); err != nil || g.Ident == own {
+		t.Fatalf("the other namespace reads as %+v, %v (own namespace inode %d)", g, err, own)
+	}
+	for round := range 20 {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := netns.Do(other, func() error { return nil }); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		g, err := w.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Ident != own {
+			t.Fatalf("round %d: GenWatch(\"\") reads namespace inode %d, not the agent's own %d", round, g.Ident, own)
+		}
+	}
+}
+
+// threadNetns is the inode of the namespace this goroutine's thread is in.
+func threadNetns(t *testing.T) uint64 {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }

@@ -33,15 +33,20 @@ type Generations interface {
 // a table that did not match, or Backstop since the last full read all
 // mean "read it in full".
 //
-// The generation is read before the table, so a change committed between
-// the two reads leaves a generation older than the table read: the next
-// check sees it differ and reads again.
+// The kernel bumps the generation at the start of a commit and applies
+// some of it (a base chain's policy, table flags) after: a read can see
+// the new generation with part of the old table. So a generation is
+// trusted only once two full reads, at two checks, both found the table
+// matching under it: a commit takes milliseconds, and the second read
+// sees its end. (rtnetlink sends its events after the change; the rule
+// costs its gate one extra read after each, and holds for every gate.)
 type Gate[F any] struct {
 	Gens     Generations
 	Backstop time.Duration    // 0: DefaultBackstop
 	Now      func() time.Time // nil: time.Now
 
-	ok    bool // a matching read is recorded
+	ok    bool // the recorded generation is trusted (confirmed by two matching reads)
+	last  bool // the latest full read matched under a valid generation
 	gen   policy.Gen
 	spec  *config.Spec
 	fwd   policy.Forwarded
@@ -80,18 +85,22 @@ func (g *Gate[F]) begin(s *config.Spec, fwd policy.Forwarded) (p pass, skip bool
 }
 
 // verified records the outcome of the full read begun with p: what
-// matched s with fwd (ok) under a valid generation is trusted until the
-// generation moves (or Backstop); anything else is not trusted at all.
+// matched s with fwd (ok) under a valid generation is trusted, until the
+// generation moves (or Backstop), once the full read before it matched
+// under the same generation, spec and ports too; anything else is not
+// trusted at all.
 func (g *Gate[F]) verified(p pass, s *config.Spec, fwd policy.Forwarded, ok bool, facts F) {
 	if g == nil {
 		return
 	}
 	if !p.valid || s == nil || !ok {
-		g.ok = false
+		g.ok, g.last = false, false
 		return
 	}
+	confirmed := g.last && g.gen == p.gen && g.spec == s && g.fwd.Equal(fwd)
 	fwd = policy.Forwarded{TCP: slices.Clone(fwd.TCP), UDP: slices.Clone(fwd.UDP)}
-	g.ok, g.gen, g.spec, g.fwd, g.at, g.facts = true, p.gen, s, fwd, g.now(), facts
+	g.ok, g.last = confirmed, true
+	g.gen, g.spec, g.fwd, g.at, g.facts = p.gen, s, fwd, g.now(), facts
 }
 
 func (g *Gate[F]) now() time.Time {

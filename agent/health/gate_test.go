@@ -82,7 +82,8 @@ func TestGateSkipsOnlyAnUnchangedVerifiedTable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newGateRig(t)
 			step(r, "first check", s, fwd, true, false)
-			step(r, "second check", s, fwd, true, true)
+			step(r, "second check (confirms)", s, fwd, true, false)
+			step(r, "third check", s, fwd, true, true)
 			cs, cf := tc.change(r)
 			step(r, "after the change", cs, cf, true, tc.skip)
 		})
@@ -96,8 +97,11 @@ func TestGateNeverTrustsAMismatch(t *testing.T) {
 	if r.check(s, policy.Forwarded{}, true) {
 		t.Fatal("a table that did not match was trusted on the next check")
 	}
+	if r.check(s, policy.Forwarded{}, true) {
+		t.Fatal("a matching table was trusted before a second read confirmed it")
+	}
 	if !r.check(s, policy.Forwarded{}, true) {
-		t.Fatal("positive control: a matching table is not trusted")
+		t.Fatal("positive control: a matching table confirmed by two reads is not trusted")
 	}
 	// A mismatch forgets an earlier match.
 	r.gens.gen.ID++
@@ -118,12 +122,46 @@ func TestGateNeverTrustsAMismatch(t *testing.T) {
 	}
 }
 
+// The kernel bumps the generation before it applies all of a commit, so
+// the first read under a new generation may have seen part of the old
+// table: it is read once more before the generation is trusted.
+func TestGateConfirmsANewGeneration(t *testing.T) {
+	s := &config.Spec{Name: "a"}
+	r := newGateRig(t)
+	for _, st := range []struct {
+		what   string
+		change func()
+		skip   bool
+	}{
+		{"first read", nil, false},
+		{"second read (confirms)", nil, false},
+		{"positive control: unchanged and confirmed", nil, true},
+		// A commit: its first read may still find the old, matching table.
+		{"the first check under a new generation", func() { r.gens.gen.ID++ }, false},
+		{"the new generation after one read", nil, false},
+		{"the new generation, read twice", nil, true},
+		{"the backstop", func() { r.now = r.now.Add(DefaultBackstop) }, false},
+		{"after the backstop's matching read (same generation)", nil, true},
+	} {
+		if st.change != nil {
+			st.change()
+		}
+		if got := r.check(s, policy.Forwarded{}, true); got != st.skip {
+			t.Fatalf("%s: skipped %v, want %v", st.what, got, st.skip)
+		}
+	}
+}
+
 // The gate keeps its own copy of the ports it verified.
 func TestGateCopiesForwarded(t *testing.T) {
 	s := &config.Spec{Name: "a"}
 	r := newGateRig(t)
 	fwd := policy.Forwarded{TCP: []uint16{40001}}
 	r.check(s, fwd, true)
+	r.check(s, fwd, true)
+	if !r.check(s, fwd, true) {
+		t.Fatal("positive control: the confirmed ports are read again")
+	}
 	fwd.TCP[0] = 40002
 	if r.check(s, fwd, true) {
 		t.Error("a change of the caller's slice in place was taken as verified")

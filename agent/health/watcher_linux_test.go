@@ -95,14 +95,15 @@ func TestWatcherCatchesChangesOnTheNextCheck(t *testing.T) {
 	if r := check("tampered, unchanged since", true, false); !r.Has(PolicyChanged) {
 		t.Fatalf("the second check after the tamper missed it: %v", r.Strings())
 	}
-	// The repair (a replace) moves the generation: read, matches, then
-	// trusted again.
+	// The repair (a replace) moves the generation: read, matches, read
+	// once more to confirm it (see Gate), then trusted again.
 	if err := policy.Apply(policy.Compile(s), names.Netns(id)); err != nil {
 		t.Fatal(err)
 	}
 	if r := check("after the repair", true, false); !r.Policy.Matches {
 		t.Fatalf("after the repair: %v", r.Strings())
 	}
+	check("repaired, confirming", true, false)
 	check("repaired, unchanged", false, false)
 	// A deleted table, the other way round: caught at once.
 	if out, err := exec.Command("nsenter", "--net="+names.Netns(id), "nft", "delete", "table", "inet", names.Table).CombinedOutput(); err != nil {
@@ -117,6 +118,7 @@ func TestWatcherCatchesChangesOnTheNextCheck(t *testing.T) {
 	if r := check("table back", true, false); !r.Healthy() {
 		t.Fatalf("table back: %v", r.Strings())
 	}
+	check("table back, confirming", true, false)
 	// Metrics' look skips the table too, but its drop counters are now's:
 	// packets out of the other link are counted and rejected.
 	sum := func(r *Report) (n uint64) {
@@ -151,6 +153,7 @@ func TestWatcherCatchesChangesOnTheNextCheck(t *testing.T) {
 	if r := check("route back", false, true); !r.Healthy() {
 		t.Fatalf("route back: %v", r.Strings())
 	}
+	check("route back, confirming", false, true)
 	check("route back, unchanged", false, false)
 	ipNS("link", "set", s.Interface, "down")
 	if r := check("after ip link set down", false, true); !r.Has(TunnelMissing) {
