@@ -29,7 +29,11 @@ func diff(got, want *State) error {
 	if !got.Loaded {
 		return &MismatchError{Table: want.Table, Diffs: []string{"table is not loaded"}}
 	}
-	d := diffByName("counter", got.Counters, want.Counters, func(c CounterState) string { return c.Name }, nil)
+	var d []string
+	if got.Dormant {
+		d = append(d, "table is dormant (its hooks are off)")
+	}
+	d = append(d, diffByName("counter", got.Counters, want.Counters, func(c CounterState) string { return c.Name }, nil)...)
 	d = append(d, diffByName("set", got.Sets, want.Sets, func(s SetState) string { return s.Name }, func(g, w SetState) []string {
 		switch {
 		case g.Type != w.Type || g.Interval != w.Interval:

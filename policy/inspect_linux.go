@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,10 +13,11 @@ import (
 )
 
 // Inspect reads the inet table name back from the namespace at nsPath (""
-// is the caller's own): chains, rules, sets and named counter values. A
-// missing table is not an error: the State says Loaded false. The reads are
-// separate netlink dumps, so a table replaced in the middle of Inspect can
-// read as mismatched once; a watchdog re-applying then is harmless.
+// is the caller's own): its dormant flag, chains, rules, sets and named
+// counter values. A missing table is not an error: the State says Loaded
+// false. The reads are separate netlink dumps, so a table replaced in the
+// middle of Inspect can read as mismatched once; a watchdog re-applying
+// then is harmless.
 func Inspect(nsPath, name string) (*State, error) {
 	st := &State{Family: FamilyINet, Table: name}
 	err := withConn(nsPath, func(c *nftables.Conn) error {
@@ -27,6 +29,7 @@ func Inspect(nsPath, name string) (*State, error) {
 			return fmt.Errorf("list table: %w", err)
 		}
 		st.Loaded = true
+		st.Dormant = dormant(t)
 		return readTable(c, t, st)
 	})
 	if err != nil {
@@ -70,6 +73,18 @@ func readCounters(c *nftables.Conn, t *nftables.Table) ([]CounterState, error) {
 		}
 	}
 	return out, nil
+}
+
+// dormant reports whether a table the netlink library read back has the
+// dormant flag. nftables v0.3.0 decodes NFTA_TABLE_FLAGS in host byte
+// order, but the kernel sends it big-endian, so on a little-endian host
+// the flag reads as 1<<24; a later release decodes it right. The flag is
+// looked for in both orders (the kernel defines no table flag at bit 24),
+// so neither decoding misses it.
+func dormant(t *nftables.Table) bool {
+	var wire [4]byte
+	binary.NativeEndian.PutUint32(wire[:], t.Flags)
+	return (t.Flags|binary.BigEndian.Uint32(wire[:]))&unix.NFT_TABLE_F_DORMANT != 0
 }
 
 func readTable(c *nftables.Conn, t *nftables.Table, st *State) error {
@@ -119,7 +134,8 @@ func readTable(c *nftables.Conn, t *nftables.Table, st *State) error {
 	return nil
 }
 
-// Verify reports whether the loaded table is exactly want: same chains
+// Verify reports whether the loaded table is exactly want: not dormant
+// (a dormant table's hooks do not run, whatever it holds), same chains
 // (type, hook, priority, policy), same rules in the same order with the
 // same comments and bytecode, same sets and elements, same counters. It
 // returns nil, or a *MismatchError saying what differs, which is what a

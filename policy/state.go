@@ -13,7 +13,12 @@ type State struct {
 	Table  string
 	// Loaded is false when the table does not exist; everything else is
 	// then empty.
-	Loaded   bool
+	Loaded bool
+	// Dormant is the table's dormant flag (NFT_TABLE_F_DORMANT, set by
+	// `nft add table ... '{ flags dormant; }'`): the kernel keeps its
+	// chains and rules but runs none of its hooks, so the kill switch is
+	// off. Apply never sets it, and its atomic replace clears it.
+	Dormant  bool
 	Chains   []ChainState
 	Sets     []SetState
 	Counters []CounterState // sorted by name
@@ -94,6 +99,10 @@ func (s *State) Fingerprint() string {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "table %s %s\n", s.Family, s.Table)
+	if s.Dormant {
+		// Only when set, so a table as Apply loads it keeps its fingerprint.
+		fmt.Fprintf(h, "dormant\n")
+	}
 	for _, c := range s.Counters {
 		fmt.Fprintf(h, "counter %s\n", c.Name)
 	}
