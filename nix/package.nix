@@ -29,7 +29,7 @@ buildGoModule {
     fileset = import ./source.nix { inherit lib; };
   };
 
-  vendorHash = "sha256-q3oTe7nR4cfXMLbX0t5w2xC4IV3nkJRIO2ABBssJpu0=";
+  vendorHash = "sha256-ImYwV7QYdSuwb6lbDp3k3na9xnReJpKu2HRyIl8IcLI=";
 
   subPackages = [ "agent/cmd/${program}" ];
 
