@@ -73,14 +73,11 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		Notify("STOPPING=1")
 		return errors.Join(err, teardown(eng, inst, log))
 	}
-	stop := func() error {
-		fwd.stop() // announces the port lost while the namespace is still there
-		return teardown(eng, inst, log)
-	}
 	// The watchdog's checks read a kill-switch table back only when its
 	// namespace's nf_tables generation moved (or every DefaultBackstop).
 	watch := health.NewWatcher(s.Name)
-	defer watch.Close()
+	defer watch.Close() // a panic; every return closes it before the teardown
+	stop := func() error { return shutdown(fwd, watch, func() error { return teardown(eng, inst, log) }) }
 	steps := &agentTick{eng: eng, inst: inst, watch: watch, mon: mon, fo: fo, log: log}
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
@@ -170,6 +167,16 @@ func reload(ctx context.Context, eng *engine.Engine, inst *engine.Instance, load
 	}
 	Notify(fmt.Sprintf("STATUS=namespace %s up (%s backend), reloaded", inst.Spec.Name, inst.Backend))
 	log.Info("reloaded", "changed", changed)
+}
+
+// shutdown is the agent's stop: the port forwarding first (it announces
+// the port lost while the namespace is still there), then the health
+// watcher's sockets (opened inside the namespace, they would keep it
+// alive after its teardown until the agent exits), then the teardown.
+func shutdown(fwd interface{ stop() }, watch interface{ Close() }, teardown func() error) error {
+	fwd.stop()
+	watch.Close()
+	return teardown()
 }
 
 // teardown removes the namespace and waits until the kernel has removed

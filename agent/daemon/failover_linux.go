@@ -121,6 +121,14 @@ func probeTimeout(iv time.Duration) time.Duration { return min(iv/2, 10*time.Sec
 // sample, maybe a probe, the verdict and the recovery.
 func (f *failover) tick(ctx context.Context, dev *deviceReading) {
 	now := f.now()
+	attempts := f.rec.Attempts
+	defer func() {
+		if f.rec.Attempts != attempts {
+			// A switch or retry replaced the peers (even one undone
+			// after a failure): later steps read the device as it is now.
+			dev.drop()
+		}
+	}()
 	d, err := dev.Device()
 	if err != nil {
 		f.log.Debug("cannot read the device", "err", err)

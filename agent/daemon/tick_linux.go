@@ -48,7 +48,9 @@ type tickSteps interface {
 }
 
 // runTick runs one check. The device is read once for all its steps;
-// after a repair (it may have rebuilt the tunnel) it is read again.
+// after a repair (it may have rebuilt the tunnel) it is read again, and
+// after the failover round re-applied the configuration or switched
+// server (it drops the reading itself).
 func runTick(ctx context.Context, s tickSteps, dev *deviceReading) {
 	rep := s.check()
 	s.observe(dev)

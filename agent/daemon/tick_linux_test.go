@@ -36,8 +36,10 @@ func (f *fakeDevice) read() (*wireguard.Device, error) {
 
 // fakeFailoverEngine records the readings the drift check judged.
 type fakeFailoverEngine struct {
-	drift   []string // what the first check finds
-	checked []*wireguard.Device
+	drift     []string // what the first check finds
+	checked   []*wireguard.Device
+	switches  int
+	switchErr error // nil: a switch works
 }
 
 func (f *fakeFailoverEngine) RepairDriftIn(_ context.Context, _ *engine.Instance, d *wireguard.Device) ([]string, error) {
@@ -48,7 +50,8 @@ func (f *fakeFailoverEngine) RepairDriftIn(_ context.Context, _ *engine.Instance
 	return nil, nil
 }
 func (f *fakeFailoverEngine) Switch(context.Context, *engine.Instance, *config.Spec) error {
-	return errors.New("no switch in this test")
+	f.switches++
+	return f.switchErr
 }
 func (f *fakeFailoverEngine) RecordLiveness(*engine.Instance, *engine.Liveness) error { return nil }
 
@@ -76,7 +79,8 @@ func (s *fakeSteps) mark(d *wireguard.Device)                         { s.marked
 
 // One check reads the device once for metrics, the drift check, the
 // liveness sample and the tx marks; again only after the agent changed
-// the device (a repair, a re-applied configuration).
+// the device (a repair, a re-applied configuration, a switch of server
+// or a retry, even one that failed and was undone).
 func TestOneDeviceReadPerTick(t *testing.T) {
 	k, _ := wgtypes.GeneratePrivateKey()
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -88,6 +92,8 @@ func TestOneDeviceReadPerTick(t *testing.T) {
 		metrics   bool
 		drift     []string
 		readErr   error
+		dead      bool  // the judge finds the tunnel dead: the round switches
+		switchErr error // the switch fails (and is undone)
 		reads     int
 		observed  int // which read each step saw (1-based; 0: none)
 		checked   int
@@ -95,20 +101,30 @@ func TestOneDeviceReadPerTick(t *testing.T) {
 		marked    int
 		repairs   int
 		reapplied int
+		switches  int
 	}{
 		{name: "healthy", rep: &health.Report{}, metrics: true, reads: 1, observed: 1, checked: 1, sampled: 1, marked: 1},
 		{name: "healthy, metrics off", rep: &health.Report{}, reads: 1, checked: 1, sampled: 1, marked: 1},
 		{name: "repaired", rep: unhealthy, metrics: true, reads: 2, observed: 1, checked: 2, sampled: 2, marked: 2, repairs: 1},
 		{name: "drift re-applied", rep: &health.Report{}, metrics: true, drift: []string{"peer 0 endpoint 192.0.2.66:1, configured 198.51.100.1:51820"},
 			reads: 2, observed: 1, checked: 1, sampled: 2, marked: 2, reapplied: 1},
+		// The switch resets the judge (no sample left); the tx marks
+		// are of the new server's peers.
+		{name: "switched", rep: &health.Report{}, metrics: true, dead: true, reads: 2, observed: 1, checked: 1, marked: 2, switches: 1},
+		{name: "switch failed", rep: &health.Report{}, metrics: true, dead: true, switchErr: errors.New("resolve: no such host"),
+			reads: 2, observed: 1, checked: 1, sampled: 1, marked: 2, switches: 1},
 		{name: "unreadable", rep: &health.Report{}, metrics: true, readErr: errors.New("read wireguard: closed"), reads: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := &fakeDevice{peer: k.PublicKey(), t0: t0, err: tc.readErr}
-			eng := &fakeFailoverEngine{drift: tc.drift}
+			eng := &fakeFailoverEngine{drift: tc.drift, switchErr: tc.switchErr}
 			inst := &engine.Instance{Spec: &config.Spec{Name: "torrent", Peers: []config.PeerSpec{{PublicKey: k.PublicKey()}}}}
 			fo := newFailover(eng, inst, &Liveness{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			fo.now = func() time.Time { return t0.Add(10 * time.Second) }
+			if tc.dead {
+				fo.judge.Failures = 1
+				fo.judge.Probe(false, "no answer")
+			}
 			s := &fakeSteps{rep: tc.rep, metrics: tc.metrics, fo: fo}
 			runTick(context.Background(), s, &deviceReading{read: dev.read})
 
@@ -143,8 +159,8 @@ func TestOneDeviceReadPerTick(t *testing.T) {
 			if got := which(s.marked); got != tc.marked {
 				t.Errorf("the tx marks are of read %d, want %d", got, tc.marked)
 			}
-			if s.repaired != tc.repairs || fo.driftRepairs != tc.reapplied {
-				t.Errorf("repairs %d, drift re-applied %d; want %d, %d", s.repaired, fo.driftRepairs, tc.repairs, tc.reapplied)
+			if s.repaired != tc.repairs || fo.driftRepairs != tc.reapplied || eng.switches != tc.switches {
+				t.Errorf("repairs %d, drift re-applied %d, switches %d; want %d, %d, %d", s.repaired, fo.driftRepairs, eng.switches, tc.repairs, tc.reapplied, tc.switches)
 			}
 		})
 	}

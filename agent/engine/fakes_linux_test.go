@@ -37,6 +37,8 @@ type world struct {
 	calls      []string
 	violations []string
 	lastState  *State // the last state file written
+	// reconfigured is the tunnel each Reconfigure was given.
+	reconfigured []wireguard.Tunnel
 	// fail makes the named call fail (before it changes anything).
 	fail map[string]error
 }
@@ -247,10 +249,11 @@ func (f fakeTunnels) Ensure(_ context.Context, s *config.Spec, b config.Backend,
 	f.tunnels[key] = true
 	return &fakeTunnel{w: f.world, ns: s.Name, name: s.Interface, backend: b, done: make(chan struct{})}, nil
 }
-func (f fakeTunnels) Reconfigure(_ context.Context, s *config.Spec) error {
+func (f fakeTunnels) Reconfigure(_ context.Context, t wireguard.Tunnel, s *config.Spec) error {
 	if err := f.call("tunnel.reconfigure " + s.Interface); err != nil {
 		return err
 	}
+	f.reconfigured = append(f.reconfigured, t)
 	if !f.tunnels[s.Name+"/"+s.Interface] {
 		return fmt.Errorf("configure wireguard %q: no such device", s.Interface)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -50,9 +51,9 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 		// it is what the namespace must match now.
 		next = next.Pool[inst.Spec.Server]
 	}
-	if err := e.apply(ctx, inst.Spec, next, live, inst.forwarded); err != nil {
+	if err := e.apply(ctx, inst.Tunnel, inst.Spec, next, live, inst.forwarded); err != nil {
 		// Put back what was replaced; the kill switch stays either way.
-		if rerr := e.apply(ctx, next, inst.Spec, live, inst.forwarded); rerr != nil {
+		if rerr := e.apply(ctx, inst.Tunnel, next, inst.Spec, live, inst.forwarded); rerr != nil {
 			err = fmt.Errorf("%w (restoring the running config: %v)", err, rerr)
 		}
 		return nil, fmt.Errorf("reload %s: %w", inst.Spec.Name, err)
@@ -64,16 +65,17 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 	return live, nil
 }
 
-// apply changes the live parts from cur to next. What can fail without a
-// change (resolving endpoint names) is done first, by the tunnel.
-// The forwarded-port sets keep fwd (port forwarding cannot change live).
-func (e *Engine) apply(ctx context.Context, cur, next *config.Spec, parts []string, fwd policy.Forwarded) error {
+// apply changes the live parts from cur to next, on the running tunnel
+// t. What can fail without a change (resolving endpoint names) is done
+// first, by the tunnel. The forwarded-port sets keep fwd (port
+// forwarding cannot change live).
+func (e *Engine) apply(ctx context.Context, t wireguard.Tunnel, cur, next *config.Spec, parts []string, fwd policy.Forwarded) error {
 	sys := e.sys()
 	has := func(p ...string) bool {
 		return slices.ContainsFunc(parts, func(x string) bool { return slices.Contains(p, x) })
 	}
 	if has("peers", "privateKey") {
-		if err := sys.tunnels.Reconfigure(ctx, next); err != nil {
+		if err := sys.tunnels.Reconfigure(ctx, t, next); err != nil {
 			return err
 		}
 	}

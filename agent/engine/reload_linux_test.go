@@ -63,6 +63,11 @@ func TestReloadPeers(t *testing.T) {
 	if want := []string{"tunnel.reconfigure " + next.Interface}; !slices.Equal(reloadChanges(w), want) {
 		t.Errorf("calls %q, want %q", reloadChanges(w), want)
 	}
+	// The running tunnel itself is reconfigured (a userspace one records
+	// a rotated key: wireguard.Reload), not only the link by its name.
+	if len(w.reconfigured) != 1 || w.reconfigured[0] == nil || w.reconfigured[0] != inst.Tunnel {
+		t.Errorf("reconfigured %v, want the instance's tunnel %v", w.reconfigured, inst.Tunnel)
+	}
 }
 
 // A config that changes what cannot change live (addresses, MTU) changes

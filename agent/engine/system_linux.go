@@ -68,9 +68,10 @@ type tunnels interface {
 	// Ensure creates the tunnel of s in its namespace, or adopts a kernel
 	// link an earlier agent left there.
 	Ensure(ctx context.Context, s *config.Spec, backend config.Backend, log *slog.Logger) (wireguard.Tunnel, error)
-	// Reconfigure replaces the running tunnel's key and peers with s's.
-	// It resolves endpoint names before it changes anything.
-	Reconfigure(ctx context.Context, s *config.Spec) error
+	// Reconfigure replaces the key and peers of t, the running tunnel,
+	// with s's (a userspace tunnel records the new key). It resolves
+	// endpoint names before it changes anything.
+	Reconfigure(ctx context.Context, t wireguard.Tunnel, s *config.Spec) error
 	// Destroy removes the tunnel link iface in namespace ns by name.
 	Destroy(ns, iface string) error
 	// RemoveStaleHostLink removes a link named iface left in the host's
@@ -205,12 +206,8 @@ func (wgTunnels) Ensure(ctx context.Context, s *config.Spec, backend config.Back
 	return wireguard.Create(ctx, log, s, backend, s.Name)
 }
 
-func (wgTunnels) Reconfigure(ctx context.Context, s *config.Spec) error {
-	cfg, err := wireguard.DeviceConfig(ctx, s)
-	if err != nil {
-		return err
-	}
-	return wireguard.Reconfigure(s.Name, s.Interface, cfg)
+func (wgTunnels) Reconfigure(ctx context.Context, t wireguard.Tunnel, s *config.Spec) error {
+	return wireguard.Reload(ctx, t, s)
 }
 
 func (wgTunnels) Destroy(ns, iface string) error { return wireguard.AdoptKernel(ns, iface).Destroy() }

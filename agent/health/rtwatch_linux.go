@@ -17,9 +17,16 @@ const rtGroups = 1<<(unix.RTNLGRP_LINK-1) |
 	1<<(unix.RTNLGRP_IPV4_IFADDR-1) | 1<<(unix.RTNLGRP_IPV4_ROUTE-1) |
 	1<<(unix.RTNLGRP_IPV6_IFADDR-1) | 1<<(unix.RTNLGRP_IPV6_ROUTE-1)
 
+// rtNexthop is the group of nexthop objects (Linux 5.3): a route can name
+// one (`ip route add default nhid 7`), and deleting the object removes
+// the route with a nexthop event only, no route event. It is joined when
+// the kernel has it; an older kernel refuses it (EINVAL), and its routes
+// cannot name nexthop objects anyway.
+const rtNexthop = unix.RTNLGRP_NEXTHOP
+
 // rtWatch counts the rtnetlink events of one namespace: a socket opened
-// inside it and subscribed to rtGroups, drained without blocking at each
-// Read. Its reading is a Gen whose ID moves whenever any event arrived
+// inside it and subscribed to rtGroups (and rtNexthop, when the kernel
+// has it), drained without blocking at each Read. Its reading is a Gen whose ID moves whenever any event arrived
 // since the last Read, so a Gate can skip reading the link and routes
 // back when none did. A lost event (the socket's buffer overflowed:
 // ENOBUFS) or any other error is an error: the caller reads in full. The
@@ -31,9 +38,14 @@ type rtWatch struct {
 	ino  uint64
 	n    uint32
 	buf  []byte
+	// optional are groups joined if the kernel accepts them (beyond
+	// rtGroups' bitmask); joined, those it did at the last open.
+	optional, joined []int
 }
 
-func newRTWatch(name string) *rtWatch { return &rtWatch{name: name, fd: -1} }
+func newRTWatch(name string) *rtWatch {
+	return &rtWatch{name: name, fd: -1, optional: []int{rtNexthop}}
+}
 
 func (w *rtWatch) Read() (policy.Gen, error) {
 	g, err := w.read()
@@ -90,6 +102,13 @@ func (w *rtWatch) open() error {
 	})
 	if err != nil {
 		return err
+	}
+	w.joined = w.joined[:0]
+	for _, g := range w.optional {
+		// Membership is the socket's, wherever it is joined from.
+		if unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, g) == nil {
+			w.joined = append(w.joined, g)
+		}
 	}
 	w.fd, w.ino, w.n = fd, ino, w.n+1 // a new socket: events before it are unknown
 	return nil

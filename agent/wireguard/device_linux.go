@@ -1,9 +1,11 @@
 package wireguard
 
 import (
+	"context"
 	"fmt"
 	"os"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.zx2c4.com/wireguard/wgctrl"
@@ -23,6 +25,22 @@ func Configure(t Tunnel, ns string, cfg wgtypes.Config) error {
 		return nil
 	}
 	return Reconfigure(ns, t.Name(), cfg)
+}
+
+// Reload applies the device configuration of s (its key and peers,
+// endpoint names resolved now, before anything changes) to the live
+// tunnel t, through Configure: a userspace tunnel records the key it is
+// given, so a rotated key is not derived again at every later read. A
+// nil t (no tunnel known) configures the link s names.
+func Reload(ctx context.Context, t Tunnel, s *config.Spec) error {
+	cfg, err := DeviceConfig(ctx, s)
+	if err != nil {
+		return err
+	}
+	if t == nil {
+		return Reconfigure(s.Name, s.Interface, cfg)
+	}
+	return Configure(t, s.Name, cfg)
 }
 
 // Applied returns the device configuration t was created with (its

@@ -1,12 +1,14 @@
 package wireguard
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun/tuntest"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
@@ -120,6 +123,34 @@ func TestDeviceInProcess(t *testing.T) {
 	}
 	if u.key.key != &other || u.key.public != other.PublicKey() {
 		t.Fatal("Configure did not record the key it applied")
+	}
+}
+
+// A reload that rotates the key (Reload, the engine's path) records the
+// new key as Configure does: later reads take its public half from the
+// record instead of deriving it, and read the new key.
+func TestReloadRecordsTheKey(t *testing.T) {
+	u := downTunnel(t, testConfig(t))
+	old := u.key.key
+	priv, _ := wgtypes.GeneratePrivateKey()
+	peer, _ := wgtypes.GeneratePrivateKey()
+	s := &config.Spec{Name: "reload", Interface: u.name, PrivateKey: priv, Peers: []config.PeerSpec{{
+		PublicKey: peer.PublicKey(), Endpoint: "127.0.0.1:9", AllowedIPs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")},
+	}}}
+	if err := Reload(context.Background(), u, s); err != nil {
+		t.Fatal(err)
+	}
+	if u.key.key == old || u.key.key == nil || *u.key.key != priv || u.key.public != priv.PublicKey() {
+		t.Fatal("the reload did not record the key it applied")
+	}
+	d, err := u.Device()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The record is what a read compares with: the positive control is
+	// the device's own key, read back.
+	if d.PublicKey != priv.PublicKey() || len(d.Peers) != 1 || d.Peers[0].PublicKey != peer.PublicKey() {
+		t.Fatalf("after the reload the device reads %+v", d)
 	}
 }
 

@@ -24,13 +24,12 @@ import (
 func parseUAPI(b []byte, public func(priv *wgtypes.Key) wgtypes.Key) (*Device, error) {
 	d := &Device{}
 	var p *wgtypes.Peer
+	// The handshake time is wgctrl's (internal/wguser's parse), exactly:
+	// set at a last_handshake_time_nsec line, from it and the last
+	// last_handshake_time_sec line seen, only when both are above zero
+	// (wireguard-go writes 0 and 0 for a peer that never handshook, both
+	// lines for every peer, the seconds first), and never cleared.
 	var hsSec, hsNsec int64
-	endPeer := func() {
-		if p != nil && (hsSec != 0 || hsNsec != 0) {
-			p.LastHandshakeTime = time.Unix(hsSec, hsNsec)
-		}
-		hsSec, hsNsec = 0, 0
-	}
 	for n := 1; len(b) > 0; n++ {
 		line := b
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -58,7 +57,6 @@ func parseUAPI(b []byte, public func(priv *wgtypes.Key) wgtypes.Key) (*Device, e
 			}
 			continue
 		case "public_key":
-			endPeer()
 			d.Peers = append(d.Peers, wgtypes.Peer{})
 			p = &d.Peers[len(d.Peers)-1]
 			if !decodeKey(&p.PublicKey, v) {
@@ -132,6 +130,9 @@ func parseUAPI(b []byte, public func(priv *wgtypes.Key) wgtypes.Key) (*Device, e
 				err = strconv.ErrRange
 			}
 			hsNsec = int64(ns)
+			if err == nil && hsSec > 0 && hsNsec > 0 {
+				p.LastHandshakeTime = time.Unix(hsSec, hsNsec)
+			}
 		case "protocol_version":
 			p.ProtocolVersion, err = parseUint(v, 32)
 		case "private_key", "listen_port", "fwmark":
@@ -141,7 +142,6 @@ func parseUAPI(b []byte, public func(priv *wgtypes.Key) wgtypes.Key) (*Device, e
 			return bad()
 		}
 	}
-	endPeer()
 	return d, nil
 }
 

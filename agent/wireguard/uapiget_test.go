@@ -105,6 +105,41 @@ func TestParseUAPI(t *testing.T) {
 	}
 }
 
+// The handshake time is read as wgctrl's userspace client reads it
+// (internal/wguser's parse): set at the nanoseconds line from the last
+// seconds line seen, only when both are above zero, never cleared.
+func TestParseUAPIHandshakeAsWgctrl(t *testing.T) {
+	peer := func(lines ...string) string {
+		return "public_key=" + samplePriv + "\n" + strings.Join(lines, "\n") + "\n"
+	}
+	sec, nsec := "last_handshake_time_sec=", "last_handshake_time_nsec="
+	for _, tc := range []struct {
+		name string
+		in   string
+		want []time.Time // per peer; zero: none
+	}{
+		{"both set", peer(sec+"5", nsec+"7"), []time.Time{time.Unix(5, 7)}},
+		{"never", peer(sec+"0", nsec+"0"), []time.Time{{}}},
+		{"whole second", peer(sec+"5", nsec+"0"), []time.Time{{}}},
+		{"nanoseconds only", peer(sec+"0", nsec+"7"), []time.Time{{}}},
+		{"seconds after nanoseconds", peer(nsec+"7", sec+"5"), []time.Time{{}}},
+		{"not cleared", peer(sec+"5", nsec+"7", nsec+"0"), []time.Time{time.Unix(5, 7)}},
+		{"seconds carried to the next peer", peer(sec+"5", nsec+"0") + peer(nsec+"3"), []time.Time{{}, time.Unix(5, 3)}},
+	} {
+		d, err := parseUAPI([]byte(tc.in), func(p *wgtypes.Key) wgtypes.Key { return *p })
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got []time.Time
+		for _, p := range d.Peers {
+			got = append(got, p.LastHandshakeTime)
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: handshakes %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // The protocol's framing: an empty line ends the reply, errno=0 is
 // success, unknown keys are skipped; no private key, no public key.
 func TestParseUAPIFraming(t *testing.T) {
