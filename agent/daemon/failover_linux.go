@@ -84,7 +84,7 @@ type probeResult struct {
 
 // failoverEngine is what the failover loop asks of the engine.
 type failoverEngine interface {
-	RepairDriftIn(ctx context.Context, inst *engine.Instance, d *wireguard.Device) ([]string, error)
+	RepairDrift(ctx context.Context, inst *engine.Instance, d *wireguard.Device) ([]string, error)
 	Switch(ctx context.Context, inst *engine.Instance, next *config.Spec) error
 	RecordLiveness(inst *engine.Instance, l *engine.Liveness) error
 }
@@ -148,7 +148,7 @@ func (f *failover) tick(ctx context.Context, dev *deviceReading) {
 // repairDrift compares d with the configuration applied and re-applies
 // it when they differ; true when it did.
 func (f *failover) repairDrift(ctx context.Context, d *wireguard.Device) bool {
-	drift, err := f.eng.RepairDriftIn(ctx, f.inst, d)
+	drift, err := f.eng.RepairDrift(ctx, f.inst, d)
 	if err != nil {
 		f.log.Debug("cannot compare the device with its configuration", "err", err)
 		return false

@@ -55,7 +55,7 @@ func (mo *monitor) observe(inst *engine.Instance, w *health.Watcher, dev health.
 	}
 	var rep *health.Report
 	if w != nil {
-		rep = w.ObserveWith(inst.Spec, inst.Tunnel, inst.Forwarded(), dev)
+		rep = w.Observe(inst.Spec, inst.Tunnel, inst.Forwarded(), dev)
 	} else {
 		rep = health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true, Device: dev, Forwarded: inst.Forwarded()})
 	}

@@ -42,7 +42,7 @@ type fakeFailoverEngine struct {
 	switchErr error // nil: a switch works
 }
 
-func (f *fakeFailoverEngine) RepairDriftIn(_ context.Context, _ *engine.Instance, d *wireguard.Device) ([]string, error) {
+func (f *fakeFailoverEngine) RepairDrift(_ context.Context, _ *engine.Instance, d *wireguard.Device) ([]string, error) {
 	f.checked = append(f.checked, d)
 	if len(f.checked) == 1 {
 		return f.drift, nil

@@ -70,7 +70,7 @@ type Instance struct {
 	reclaimed  <-chan struct{} // set by Teardown: closed once the tunnel link is gone
 
 	applied *wgtypes.Config // the device configuration applied (endpoints resolved); nil: not known yet
-	want    *wireguard.Want // the drift check's reference, made from applied (RepairDriftIn)
+	want    *wireguard.Want // the drift check's reference, made from applied (RepairDrift)
 	// forwarded is what the kill switch's forwarded-port sets hold; only
 	// the daemon's goroutine changes it (SetForwarded, Switch).
 	forwarded policy.Forwarded

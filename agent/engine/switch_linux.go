@@ -195,24 +195,12 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	return nil
 }
 
-// RepairDrift reads the live device and repairs its drift (RepairDriftIn).
-func (e *Engine) RepairDrift(ctx context.Context, inst *Instance) ([]string, error) {
-	if inst.Tunnel == nil {
-		return nil, nil
-	}
-	d, err := e.Device(inst)
-	if err != nil {
-		return nil, err
-	}
-	return e.RepairDriftIn(ctx, inst, d)
-}
-
-// RepairDriftIn compares d, the live device as the caller just read it
-// (the watchdog's one reading of its check), with the configuration the
+// RepairDrift compares d, the live device as the caller just read it
+// (Device; the watchdog's one reading of its check), with the configuration the
 // agent applied and, when they differ (someone changed an endpoint, a
 // peer or the key through the UAPI socket or netlink), applies it again.
 // It returns what differed.
-func (e *Engine) RepairDriftIn(ctx context.Context, inst *Instance, d *wireguard.Device) ([]string, error) {
+func (e *Engine) RepairDrift(ctx context.Context, inst *Instance, d *wireguard.Device) ([]string, error) {
 	if inst.Tunnel == nil {
 		return nil, nil
 	}

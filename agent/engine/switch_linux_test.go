@@ -256,7 +256,14 @@ func TestSwitchUnresolvable(t *testing.T) {
 
 func TestRepairDrift(t *testing.T) {
 	sw, e, inst, _ := upSwitchFake(t)
-	if d, err := e.RepairDrift(context.Background(), inst); err != nil || len(d) != 0 {
+	repairDrift := func() ([]string, error) {
+		d, err := e.Device(inst)
+		if err != nil {
+			return nil, err
+		}
+		return e.RepairDrift(context.Background(), inst, d)
+	}
+	if d, err := repairDrift(); err != nil || len(d) != 0 {
 		t.Fatalf("no drift expected: %v %v", d, err)
 	}
 	if slicesHasPrefix(sw.calls, "dev.configure") {
@@ -267,7 +274,7 @@ func TestRepairDrift(t *testing.T) {
 	moved.Peers = []wgtypes.PeerConfig{moved.Peers[0]}
 	moved.Peers[0].Endpoint = &net.UDPAddr{IP: net.IPv4(192, 0, 2, 66), Port: 1}
 	sw.devCfg = &moved
-	d, err := e.RepairDrift(context.Background(), inst)
+	d, err := repairDrift()
 	if err != nil || len(d) != 1 || !strings.Contains(d[0], "192.0.2.66:1") {
 		t.Fatalf("drift %v %v", d, err)
 	}

@@ -39,13 +39,9 @@ func (w *Watcher) Check(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded
 
 // Observe inspects as Check does and also reads the WireGuard peers, as
 // status does (for metrics); a skipped table read still reads the drop
-// counters, so they are current.
-func (w *Watcher) Observe(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded) *Report {
-	return w.ObserveWith(s, t, fwd, nil)
-}
-
-// ObserveWith is Observe reading the peers through dev (nil: wgctrl).
-func (w *Watcher) ObserveWith(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded, dev DeviceReader) *Report {
+// counters, so they are current. The peers are read through dev (nil:
+// wgctrl).
+func (w *Watcher) Observe(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded, dev DeviceReader) *Report {
 	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd, Peers: true, Device: dev, gates: w})
 }
 

@@ -128,9 +128,9 @@ func TestWatcherCatchesChangesOnTheNextCheck(t *testing.T) {
 		return n
 	}
 	reads := w.Table.Reads
-	before := sum(w.Observe(s, nil, policy.Forwarded{}))
+	before := sum(w.Observe(s, nil, policy.Forwarded{}, nil))
 	exec.Command("nsenter", "--net="+names.Netns(id), "ping", "-c1", "-W1", "192.0.2.2").Run()
-	if after := sum(w.Observe(s, nil, policy.Forwarded{})); after <= before {
+	if after := sum(w.Observe(s, nil, policy.Forwarded{}, nil)); after <= before {
 		t.Errorf("Observe's drop counters did not move with the rejected packet (%d, then %d)", before, after)
 	}
 	if w.Table.Reads != reads {
