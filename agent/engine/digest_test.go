@@ -4,9 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"testing"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 )
 
 // The state file's digests notice a changed key but are computed from no
@@ -32,5 +35,19 @@ func TestDigestsHoldNoSecret(t *testing.T) {
 	s.PrivateKey = k2
 	if Digests(s)["privateKey"] == d["privateKey"] {
 		t.Error("a changed private key went unnoticed")
+	}
+}
+
+// TestDigestOnChangeUser: who onChange runs as is part of the port
+// forwarding's digest, so a change to it is refused at reload like the
+// rest of portForwarding (issue 20.8).
+func TestDigestOnChangeUser(t *testing.T) {
+	s := testSpec(false)
+	s.PortForward = &config.PortForwardSpec{Style: config.PortForwardProton, Protocols: []string{"tcp"}, OnChange: []string{"/bin/true"}}
+	root := Digests(s)
+	s.PortForward.OnChangeUser = "nobody"
+	live, restart := Changed(root, Digests(s))
+	if len(live) != 0 || !slices.Equal(restart, []string{"portForwarding"}) {
+		t.Errorf("onChangeUser set: live %q restart %q, want restart [portForwarding]", live, restart)
 	}
 }
