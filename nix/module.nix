@@ -148,7 +148,7 @@ let
     clean {
       transmission = appPushJSON "transmission" pf.transmission;
       qbittorrent = appPushJSON "qbittorrent" pf.qbittorrent;
-      inherit (pf) onChange;
+      inherit (pf) onChange onChangeUser;
     }
     // {
       # Always present when enabled: "natpmp" turns forwarding on, and
@@ -641,7 +641,25 @@ let
               `VPN_FORWARDED_PROTOCOLS` (e.g. `tcp,udp`) set, and once with an
               empty `VPN_FORWARDED_PORT` when the port is lost. Each run is
               logged with how it ended and the first 120 bytes of its output,
-              so the command should print no secrets. `[ ]`: none.
+              so the command should print no secrets. `[ ]`: none. Without
+              {option}`onChangeUser` it runs as root with every capability
+              (it can leave the namespace): set onChangeUser.
+            '';
+          };
+          onChangeUser = nullOption types.str {
+            example = "port-changed";
+            description = ''
+              The user (name or uid) {option}`onChange` runs as, the way
+              `vpn-agent exec --user` runs a command: without capabilities,
+              under exec's seccomp filter (no ptrace, pidfd_getfd or
+              io_uring; only IP, unix and netlink sockets), in its own
+              session and PID namespace, with only `PATH`, `HOME`, `USER`,
+              `LOGNAME` and the `VPN_FORWARDED_*` variables set. `null`:
+              onChange runs as root with every capability. Give it a user of
+              its own (e.g. from {option}`users.users`), not one host
+              processes run as: processes of the same user outside the
+              namespace can signal and ptrace it. The user must exist when
+              the agent starts.
             '';
           };
         };

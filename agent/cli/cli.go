@@ -43,7 +43,7 @@ func commands() []command {
 		{"run", "--config FILE [--adopt]", "run and supervise a namespace (systemd Type=notify; SIGHUP reloads)", cmdRun},
 		{"up", "--config FILE [--timeout D] [--wait-handshake] [--adopt]", "bring a namespace up and return (reload it if up with a changed config; --wait-handshake: once the tunnel works)", cmdUp},
 		{"down", "NAME [--timeout D] [--force]", "tear a namespace down completely", cmdDown},
-		{"exec", "[--user USER[:GROUP]] NAME -- CMD [ARG...]", "run a command inside a namespace (as USER: without capabilities)", cmdExec},
+		{"exec", "[--user USER[:GROUP] [--env NAME[=VALUE]]...] NAME -- CMD [ARG...]", "run a command inside a namespace (as USER: confined, in its own session and PID namespace)", cmdExec},
 		{"status", "[NAME...] [--json]", "show namespace health (exit 1 if degraded, 2 if not up; needs root)", cmdStatus},
 		{"validate", "--config FILE [--config FILE...] [--static]", "check configs (and conflicts between them); change nothing", cmdValidate},
 		{"policy", "--config FILE [--host]", "print the kill-switch ruleset (nft syntax)", cmdPolicy},
@@ -115,6 +115,8 @@ func Main(args []string) int {
 		return ExitOK
 	case "--version":
 		return cmdVersion(nil, os.Stdout)
+	case netns.InitCommand: // exec --user's own, not in the usage
+		return netns.ExecInit(args[1:])
 	}
 	c := lookup(args[0])
 	if c == nil {

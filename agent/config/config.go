@@ -65,7 +65,17 @@ type PortForwarding struct {
 	// environment, and once more with an empty VPN_FORWARDED_PORT when the
 	// port is lost. Each run is logged with how it ended and the first 120
 	// bytes of its output, so the command should print no secrets.
+	// Without onChangeUser it runs as root with every capability.
 	OnChange []string `json:"onChange,omitempty"`
+	// OnChangeUser is the user (a name or uid) onChange runs as, the way
+	// `vpn-agent exec --user` runs a command: without capabilities,
+	// under exec's seccomp filter, in its own session and PID namespace,
+	// with only PATH, HOME, USER, LOGNAME and the VPN_FORWARDED_*
+	// variables in its environment. Unset, onChange runs as root with
+	// every capability (it can leave the namespace): set it unless the
+	// command needs root. The user should be one of its own, not one that
+	// host processes run as. The user must exist when the agent starts.
+	OnChangeUser string `json:"onChangeUser,omitempty"`
 }
 
 // NATPMP is a NAT-PMP gateway reached through the tunnel.

@@ -46,14 +46,43 @@
 // so names are resolved only through the tunnel. CMD's exit status is exec's (127: not found,
 // 126: not executable).
 //
-// Without --user, CMD runs as the caller: called as root, that is root with
-// every capability, which can enter another network namespace (setns) and
-// is no confinement for untrusted code. With --user, CMD runs as that user
-// (and group; the user's supplementary groups), with an empty capability
-// bounding set, no_new_privs (setuid programs grant nothing) and only IP,
-// unix and netlink sockets (no AF_PACKET, which would pass the kill
-// switch's DNS rules, no AF_VSOCK), as the confining systemd drop-in does.
-// Neither isolates the filesystem or other processes.
+// Without --user, CMD runs as the caller, in place of exec (execve), with
+// the caller's environment and terminal: called as root, that is root
+// with every capability, which can enter another network namespace
+// (setns) and is no confinement for untrusted code. With --user, CMD runs
+// as that user (and group; the user's supplementary groups), with an
+// empty capability bounding set, no_new_privs (setuid programs grant
+// nothing), and a seccomp filter that allows only IP, unix and netlink
+// sockets (no AF_PACKET, which would pass the kill switch's DNS rules, no
+// AF_VSOCK) and refuses with EPERM ptrace, process_vm_readv/writev,
+// pidfd_open, pidfd_getfd and kcmp (no reaching into other processes),
+// io_uring_setup/enter/register (io_uring creates sockets the family
+// check never sees) and the TIOCSTI and TIOCLINUX ioctls (no input pushed
+// into a terminal). More:
+//
+//   - Its own session (setsid), without the caller's controlling terminal:
+//     stdin, stdout and stderr stay the caller's file descriptors, but CMD
+//     cannot push input into the shell that ran exec (TIOCSTI needs the
+//     terminal to be the caller's controlling one, or CAP_SYS_ADMIN), and
+//     an interactive shell gets no job control. exec stays as CMD's parent
+//     and passes SIGINT, SIGTERM, SIGHUP and SIGQUIT on (Ctrl-C reaches CMD
+//     through it); a CMD killed by signal N makes exec exit 128+N.
+//   - Its own PID namespace with a fresh /proc: CMD sees only its own
+//     processes, and cannot name, signal or take file descriptors from any
+//     other. A small init (exec itself, as PID 1 and root, holding no
+//     file CMD can reach) forwards the signals above to CMD's process
+//     group, reaps orphans and exits with CMD's status when CMD exits;
+//     whatever CMD left running is then killed, and so is everything in
+//     the namespace if the exec process dies.
+//   - A clean environment: a standard PATH
+//     (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), the
+//     user's HOME (/ without one), USER and LOGNAME, the caller's TERM, and
+//     what --env NAME (the caller's value) or --env NAME=VALUE adds.
+//
+// It does not isolate the filesystem (CMD reads and writes what the user
+// may), and a process of the same user outside the namespace can still
+// signal or ptrace CMD: run confined services and commands as a user of
+// their own, one no host process runs as.
 //
 // # Dead tunnels and failover
 //

@@ -78,6 +78,11 @@ func resolvePortForward(c *Config, s *Spec, opts Options) error {
 		}
 		ps.OnChange = append([]string(nil), pf.OnChange...)
 	}
+	if pf.OnChangeUser != "" {
+		if ps.OnChangeUser, err = resolveOnChangeUser(pf.OnChangeUser, len(pf.OnChange) > 0, opts); err != nil {
+			return err
+		}
+	}
 	s.PortForward = ps
 	return nil
 }
@@ -219,4 +224,24 @@ func redactURL(raw string) string {
 		return "…" + raw[i:]
 	}
 	return raw
+}
+
+// resolveOnChangeUser checks portForwarding.onChangeUser: a user name or
+// uid, which (outside static validation, which may run on another host)
+// exists here.
+func resolveOnChangeUser(u string, onChange bool, opts Options) (string, error) {
+	const field = "portForwarding.onChangeUser"
+	if !onChange {
+		return "", fieldErr(field, "remove it, or set portForwarding.onChange", "set without an onChange command")
+	}
+	if strings.ContainsAny(u, ":\x00") || strings.HasPrefix(u, "-") {
+		return "", fieldErr(field, `give one user's name or uid, e.g. "port-changed"`, "%q is not a user name or uid", u)
+	}
+	if opts.Static {
+		return u, nil
+	}
+	if _, err := LookupUser(u); err != nil {
+		return "", fieldErr(field, "give an existing user's name or uid, e.g. a system user of the command's own", "no user %q on this host", u)
+	}
+	return u, nil
 }

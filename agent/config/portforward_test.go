@@ -19,6 +19,7 @@ func TestPortForwarding(t *testing.T) {
 		"transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc", "user": "4242"},
 		"qbittorrent":  map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": creds, "user": "nobody"},
 		"onChange":     []any{"/usr/local/bin/port-changed", "--quiet"},
+		"onChangeUser": "nobody",
 	}
 	s, err := resolveJSON(t, m)
 	if err != nil {
@@ -41,8 +42,8 @@ func TestPortForwarding(t *testing.T) {
 	if s := p.QBittorrent.String(); strings.Contains(s, "s3cr") {
 		t.Errorf("String() shows the password: %s", s)
 	}
-	if len(p.OnChange) != 2 {
-		t.Errorf("onChange %v", p.OnChange)
+	if len(p.OnChange) != 2 || p.OnChangeUser != "nobody" {
+		t.Errorf("onChange %v as %q", p.OnChange, p.OnChangeUser)
 	}
 
 	m["portForwarding"] = map[string]any{"natpmp": map[string]any{"gateway": "10.9.0.1", "style": "rfc", "internalPort": 51413, "protocol": "tcp", "lifetime": "2m"}}
@@ -79,6 +80,9 @@ func TestPortForwarding(t *testing.T) {
 		{map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": badCreds, "user": "0"}}, "portForwarding.qbittorrent.credentialsFile", `"username:password"`},
 		{map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": open, "user": "0"}}, "portForwarding.qbittorrent.credentialsFile", "readable"},
 		{map[string]any{"natpmp": map[string]any{}, "onChange": []any{"port-changed"}}, "portForwarding.onChange[0]", "absolute"},
+		{map[string]any{"natpmp": map[string]any{}, "onChange": []any{"/bin/true"}, "onChangeUser": "no-such-user-vpnc"}, "portForwarding.onChangeUser", `no user "no-such-user-vpnc"`},
+		{map[string]any{"natpmp": map[string]any{}, "onChange": []any{"/bin/true"}, "onChangeUser": "nobody:nogroup"}, "portForwarding.onChangeUser", "not a user name or uid"},
+		{map[string]any{"natpmp": map[string]any{}, "onChangeUser": "nobody"}, "portForwarding.onChangeUser", "without an onChange"},
 	} {
 		m["portForwarding"] = tc.pf
 		_, err := resolveJSON(t, m)
@@ -86,6 +90,13 @@ func TestPortForwarding(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("the error shows a password: %v", err)
 		}
+	}
+
+	// Static validation (the NixOS build, on another host) does not look
+	// the user up; the agent's start does.
+	m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "onChange": []any{"/bin/true"}, "onChangeUser": "no-such-user-vpnc"}
+	if s, err := Resolve(parseJSON(t, m), Options{Static: true}); err != nil || s.PortForward.OnChangeUser != "no-such-user-vpnc" {
+		t.Errorf("static: onChangeUser of another host refused: %v", err)
 	}
 
 	// A credentials file is one line "username:password"; what is wrong

@@ -111,6 +111,7 @@ type PortForwardSpec struct {
 	Transmission *AppSpec
 	QBittorrent  *AppSpec
 	OnChange     []string
+	OnChangeUser string // "": root
 }
 
 // Port-forwarding styles and bounds.

@@ -66,7 +66,7 @@ func pushers(s *config.Spec) (appList []portforward.Pusher, onChange portforward
 		if err != nil {
 			return nil, nil, fmt.Errorf("portForwarding.onChange: find the agent's executable: %w", err)
 		}
-		onChange = apps.NewCommand(pf.OnChange, apps.NamespaceRunner(exe, s.Name))
+		onChange = apps.NewCommand(pf.OnChange, apps.NamespaceRunner(exe, s.Name, pf.OnChangeUser))
 	}
 	return appList, onChange, nil
 }

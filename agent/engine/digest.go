@@ -94,7 +94,7 @@ func portForwardDigest(p *config.PortForwardSpec) string {
 		}
 		return a.URL + " " + a.CredentialsFile + " " + a.RunsAs
 	}
-	return fmt.Sprint(p.Gateway, p.Style, p.InternalPort, p.Protocols, p.Lifetime, app(p.Transmission), app(p.QBittorrent), p.OnChange)
+	return fmt.Sprint(p.Gateway, p.Style, p.InternalPort, p.Protocols, p.Lifetime, app(p.Transmission), app(p.QBittorrent), p.OnChange, p.OnChangeUser)
 }
 
 // Digest fingerprints a whole config (from its Digests).

@@ -4,12 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/config"
-
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 )
 
 // The state file's digests notice a changed key but are computed from no
@@ -52,5 +53,19 @@ func TestDigestPortForwardUser(t *testing.T) {
 	app.Password = "other"
 	if pf := portForwardDigest(s.PortForward); strings.Contains(pf, "s3cret") || strings.Contains(pf, "other") {
 		t.Errorf("the port-forwarding digest input holds the password: %s", pf)
+	}
+}
+
+// TestDigestOnChangeUser: who onChange runs as is part of the port
+// forwarding's digest, so a change to it is refused at reload like the
+// rest of portForwarding (issue 20.8).
+func TestDigestOnChangeUser(t *testing.T) {
+	s := testSpec(false)
+	s.PortForward = &config.PortForwardSpec{Style: config.PortForwardProton, Protocols: []string{"tcp"}, OnChange: []string{"/bin/true"}}
+	root := Digests(s)
+	s.PortForward.OnChangeUser = "nobody"
+	live, restart := Changed(root, Digests(s))
+	if len(live) != 0 || !slices.Equal(restart, []string{"portForwarding"}) {
+		t.Errorf("onChangeUser set: live %q restart %q, want restart [portForwarding]", live, restart)
 	}
 }

@@ -14,16 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ExecOptions are how Exec runs its command.
-type ExecOptions struct {
-	// User, if set, runs the command as that user with no capabilities,
-	// no_new_privs and only AllowedFamilies' sockets. Without it the
-	// command runs as the caller: as root, with every capability, which
-	// can leave the namespace (setns) and is no confinement for untrusted
-	// code.
-	User *Credential
-}
-
 // ExecError is a command Exec could not start: Code is the shell's exit
 // status for it, 127 (not found) or 126 (found, not executable).
 type ExecError struct {
@@ -42,23 +32,19 @@ func (e *ExecError) Error() string {
 func (e *ExecError) Unwrap() error { return e.Err }
 
 // Exec replaces the current process with argv running inside the named
-// namespace, the way `ip netns exec` does: in a private mount namespace,
-// every file in /etc/netns/<name>/ is bind-mounted over /etc/<file> (so
-// the command sees the namespace's resolv.conf and nsswitch.conf, never
-// the host's), each directory of names.Hidden() is covered by an empty
-// read-only tmpfs (hideResolverIPC), and /sys is remounted
-// to show the namespace's interfaces. The command's exit status is the
-// process's (execve). It only returns on error.
-func Exec(name string, argv []string, env []string, opts ExecOptions) error {
+// namespace as the caller, the way `ip netns exec` does: in a private
+// mount namespace set up by privateMounts, with /sys remounted to show
+// the namespace's interfaces. The command's exit status is the process's
+// (execve). It only returns on error. As root the command keeps every
+// capability: it can leave the namespace (setns) and is no confinement for
+// untrusted code; ExecAs is.
+func Exec(name string, argv []string, env []string) error {
 	if len(argv) == 0 {
 		return fmt.Errorf("no command given")
 	}
-	path, err := exec.LookPath(argv[0])
+	path, err := lookPath(argv[0])
 	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return &ExecError{Code: 127, Cmd: argv[0], Err: err}
-		}
-		return &ExecError{Code: 126, Cmd: argv[0], Err: unwrapPathErr(err)}
+		return err
 	}
 	ns, err := Open(name)
 	if err != nil {
@@ -70,6 +56,55 @@ func Exec(name string, argv []string, env []string, opts ExecOptions) error {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare mount namespace: %w", err)
 	}
+	if err := privateMounts(name); err != nil {
+		return err
+	}
+	if err := vnetns.Set(ns); err != nil {
+		return fmt.Errorf("enter netns %q: %w", name, err)
+	}
+	ns.Close()
+	mountSys(name)
+	return execve(path, argv, env)
+}
+
+// lookPath finds argv0 as a shell would (the process's PATH), or says why
+// not as an *ExecError.
+func lookPath(argv0 string) (string, error) {
+	path, err := exec.LookPath(argv0)
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return "", &ExecError{Code: 127, Cmd: argv0, Err: err}
+		}
+		return "", &ExecError{Code: 126, Cmd: argv0, Err: unwrapPathErr(err)}
+	}
+	return path, nil
+}
+
+// execve runs path in place of this process; it only returns on error.
+func execve(path string, argv, env []string) error {
+	return execErr(argv[0], path, unix.Exec(path, argv, env))
+}
+
+// execErr is err from an execve of path as an *ExecError when a shell
+// would give it 127 or 126.
+func execErr(argv0, path string, err error) error {
+	switch err {
+	case unix.ENOENT:
+		return &ExecError{Code: 127, Cmd: argv0, Err: err}
+	case unix.EACCES, unix.ENOEXEC, unix.EPERM, unix.EISDIR:
+		return &ExecError{Code: 126, Cmd: argv0, Err: err}
+	}
+	return fmt.Errorf("execute %s: %w", path, err)
+}
+
+// privateMounts sets up the calling thread's mount namespace, which must
+// be its own already, for a command of namespace name: / becomes a slave
+// mount (nothing done here reaches the host), each directory of
+// names.Hidden() is covered by an empty read-only tmpfs (hideResolverIPC),
+// and every file in /etc/netns/<name>/ is bind-mounted over /etc/<file>,
+// so the command sees the namespace's resolv.conf and nsswitch.conf,
+// never the host's.
+func privateMounts(name string) error {
 	if err := unix.Mount("", "/", "none", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make / a slave mount: %w", err)
 	}
@@ -87,29 +122,16 @@ func Exec(name string, argv []string, env []string, opts ExecOptions) error {
 			return fmt.Errorf("bind %s over %s: %w", src, dst, err)
 		}
 	}
-	if err := vnetns.Set(ns); err != nil {
-		return fmt.Errorf("enter netns %q: %w", name, err)
-	}
-	ns.Close()
+	return nil
+}
+
+// mountSys replaces /sys with a sysfs of the caller's network namespace
+// (best effort, as ip netns exec: a command that reads no /sys is no
+// worse off).
+func mountSys(name string) {
 	if err := unix.Unmount("/sys", unix.MNT_DETACH); err == nil {
 		unix.Mount(name, "/sys", "sysfs", 0, "")
 	}
-	if opts.User != nil {
-		if err := dropPrivileges(opts.User); err != nil {
-			return err
-		}
-		if err := restrictFamilies(); err != nil {
-			return err
-		}
-	}
-	err = unix.Exec(path, argv, env)
-	switch err {
-	case unix.ENOENT:
-		return &ExecError{Code: 127, Cmd: argv[0], Err: err}
-	case unix.EACCES, unix.ENOEXEC, unix.EPERM, unix.EISDIR:
-		return &ExecError{Code: 126, Cmd: argv[0], Err: err}
-	}
-	return fmt.Errorf("execute %s: %w", path, err)
 }
 
 func unwrapPathErr(err error) error {

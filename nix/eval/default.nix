@@ -344,6 +344,7 @@ let
         "/run/current-system/sw/bin/port-changed"
         "--flag"
       ];
+      onChangeUser = "port-changed";
     };
   };
   # The field names map 1:1: the JSON is the options without `enable`.

@@ -23,7 +23,7 @@ func TestHelpAndVersion(t *testing.T) {
 		}
 	}
 	for cmd, synopsis := range map[string]string{
-		"exec":     "Usage: vpn-agent exec [--user USER[:GROUP]] NAME -- CMD [ARG...]",
+		"exec":     "Usage: vpn-agent exec [--user USER[:GROUP] [--env NAME[=VALUE]]...] NAME -- CMD [ARG...]",
 		"down":     "Usage: vpn-agent down NAME",
 		"status":   "Usage: vpn-agent status [NAME...] [--json]",
 		"unit":     "Usage: vpn-agent unit NAME",
@@ -43,7 +43,8 @@ func TestHelpAndVersion(t *testing.T) {
 	if rc2, out2, _ := run("version"); rc2 != 0 || out2 != out {
 		t.Errorf("version says %q, --version %q", out2, out)
 	}
-	for _, args := range [][]string{{}, {"frobnicate"}, {"status", "--bogus"}, {"exec", "x"}} {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"status", "--bogus"}, {"exec", "x"},
+		{"exec", "--env", "=x", "n", "--", "true"}, {"__exec-init", "n", "0:0:", "--", "true"}} {
 		rc, out, errs := run(args...)
 		lines := strings.Count(strings.TrimRight(errs, "\n"), "\n")
 		if rc != 2 || (len(args) > 0 && (lines != 0 || out != "")) {

@@ -69,6 +69,8 @@ var env struct {
 	agentErr    error
 	hooksBin    string // vpn-agent with the fault-injection hooks
 	hooksErr    error
+	probeBin    string // tests/cmd/sandboxprobe (in a directory every user can reach)
+	probeErr    error
 }
 
 func TestMain(m *testing.M) {
@@ -90,6 +92,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// The sandbox probes run as nobody: the directory must be searchable.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	buildAll(dir)
 	code := m.Run()
 	if err := writeReport(os.Getenv("VPNC_MATRIX_REPORT")); err != nil {
@@ -172,6 +179,11 @@ func buildAll(dir string) {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		env.probeBin, env.probeErr = goBuild(dir, "sandboxprobe", "./tests/cmd/sandboxprobe")
+	}()
 	wg.Wait()
 }
 
@@ -250,6 +262,16 @@ func requireHooks(t *testing.T) {
 	requireAgent(t)
 	if env.hooksErr != nil {
 		t.Fatalf("vpn-agent with test hooks is not usable: %v", env.hooksErr)
+	}
+}
+
+// requireProbe is requireAgent plus tests/cmd/sandboxprobe (failing
+// otherwise).
+func requireProbe(t *testing.T) {
+	t.Helper()
+	requireAgent(t)
+	if env.probeErr != nil {
+		t.Fatalf("sandboxprobe: %v", env.probeErr)
 	}
 }
 

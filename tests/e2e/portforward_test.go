@@ -170,7 +170,7 @@ func TestPortForwarding(t *testing.T) {
 	dir := t.TempDir()
 	record := filepath.Join(dir, "onchange.log")
 	script := filepath.Join(dir, "onchange.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"port=$VPN_FORWARDED_PORT protocols=$VPN_FORWARDED_PROTOCOLS netns=$(readlink /proc/self/ns/net)\" >> "+record+"\n"), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"port=$VPN_FORWARDED_PORT protocols=$VPN_FORWARDED_PROTOCOLS netns=$(readlink /proc/self/ns/net) uid=$(id -u)\" >> "+record+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	const static = 7000 // an openPorts port: the positive control of the drop checks
@@ -203,7 +203,7 @@ func TestPortForwarding(t *testing.T) {
 	c.wantMetric(t, "forwarded_port", 40000)
 	c.wantMetric(t, "port_forwarding_gateway_answering", 1)
 	nsInode := harness.NetnsInode(t, c.name)
-	waitLines(t, record, []string{fmt.Sprintf("port=40000 protocols=tcp,udp netns=%s", nsInode)})
+	waitLines(t, record, []string{fmt.Sprintf("port=40000 protocols=tcp,udp netns=%s uid=0", nsInode)})
 
 	// Moved: the gateway gives 40001 at the next renewal.
 	if err := c.tp.NATPMP().ChangePort(); err != nil {
@@ -225,8 +225,8 @@ func TestPortForwarding(t *testing.T) {
 		t.Fatalf("through the tunnel after the move: old port %v, new port %v, openPorts %v", rs[0], rs[1], rs[2])
 	}
 	waitLines(t, record, []string{
-		fmt.Sprintf("port=40000 protocols=tcp,udp netns=%s", nsInode),
-		fmt.Sprintf("port=40001 protocols=tcp,udp netns=%s", nsInode),
+		fmt.Sprintf("port=40000 protocols=tcp,udp netns=%s uid=0", nsInode),
+		fmt.Sprintf("port=40001 protocols=tcp,udp netns=%s uid=0", nsInode),
 	})
 
 	// Gateway down: the renewals fail, the lease runs out, the port closes.
@@ -250,9 +250,9 @@ func TestPortForwarding(t *testing.T) {
 		t.Fatalf("through the tunnel with the gateway down: the lost port %v, openPorts %v", rs[0], rs[1])
 	}
 	waitLines(t, record, []string{
-		fmt.Sprintf("port=40000 protocols=tcp,udp netns=%s", nsInode),
-		fmt.Sprintf("port=40001 protocols=tcp,udp netns=%s", nsInode),
-		fmt.Sprintf("port= protocols=tcp,udp netns=%s", nsInode),
+		fmt.Sprintf("port=40000 protocols=tcp,udp netns=%s uid=0", nsInode),
+		fmt.Sprintf("port=40001 protocols=tcp,udp netns=%s uid=0", nsInode),
+		fmt.Sprintf("port= protocols=tcp,udp netns=%s uid=0", nsInode),
 	})
 
 	// Back: a port is granted and opened again.
@@ -298,6 +298,36 @@ func TestPortForwarding(t *testing.T) {
 	if strings.Contains(c.d.Output(), "PrivateKey") {
 		t.Error("the agent's log shows key material")
 	}
+}
+
+// Issue 20.8: with onChangeUser, the command runs as that user, confined
+// as exec --user confines (its own PID namespace: it sees a handful of
+// processes). TestPortForwarding's command, without it, runs as root
+// (uid=0): the control.
+func TestPortForwardingOnChangeUser(t *testing.T) {
+	t.Parallel()
+	// Reachable by nobody: the script, and the record it writes.
+	dir, err := os.MkdirTemp("", "vpnc-onchange-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(dir, "onchange.log")
+	script := filepath.Join(dir, "onchange.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"port=$VPN_FORWARDED_PORT uid=$(id -u) user=$USER netns=$(readlink /proc/self/ns/net) procs=$(n=$(ls /proc | grep -c '^[0-9]'); [ $n -le 6 ] && echo few || echo $n)\" >> "+record+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := newForwarded(t, provider.StyleProton,
+		&config.PortForwarding{NATPMP: &config.NATPMP{Lifetime: forwardLifetime}, OnChange: []string{script}, OnChangeUser: "nobody"},
+		harness.AgentOptions{})
+	c.d = c.ag.Run(t, c.path)
+	c.waitForwarded(t, 40000, "mapped", 20*time.Second)
+	// procs: the init, sh and the few it forks to count them (the host
+	// has scores).
+	waitLines(t, record, []string{fmt.Sprintf("port=40000 uid=65534 user=nobody netns=%s procs=few", harness.NetnsInode(t, c.name))})
 }
 
 // wantMetric checks one of the agent's port-forwarding gauges (scraped

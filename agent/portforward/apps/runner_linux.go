@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -17,13 +18,28 @@ const waitDelay = 2 * time.Second
 // NS -- argv` does (the network namespace, and the namespace's
 // resolv.conf and nsswitch.conf bound over the host's in a private mount
 // namespace), by starting agentExe (the agent's own executable, e.g.
-// os.Executable()) with its exec subcommand. It runs as the agent does
-// (root), in its own process group with stdin /dev/null and the working
-// directory /; when ctx is done the whole group is killed. Its output is
-// returned, or kept in the *CommandError.
-func NamespaceRunner(agentExe, ns string) RunFunc {
+// os.Executable()) with its exec subcommand, in its own process group
+// with stdin /dev/null and the working directory /; when ctx is done the
+// whole group is killed. Its output is returned, or kept in the
+// *CommandError.
+//
+// With user "" it runs as the agent does: root, with every capability.
+// With a user (a name or uid) it runs as `vpn-agent exec --user USER`
+// does: without capabilities, under exec's seccomp filter, in its own
+// session and PID namespace (killing the exec process kills them all),
+// with exec's clean environment and each variable of env passed on with
+// --env.
+func NamespaceRunner(agentExe, ns, user string) RunFunc {
 	return func(ctx context.Context, argv, env []string) ([]byte, error) {
-		args := append([]string{"exec", ns, "--"}, argv...)
+		args := []string{"exec"}
+		if user != "" {
+			args = append(args, "--user", user)
+			for _, e := range env {
+				name, _, _ := strings.Cut(e, "=")
+				args = append(args, "--env", name)
+			}
+		}
+		args = append(append(args, ns, "--"), argv...)
 		return runGroup(ctx, agentExe, args, env)
 	}
 }

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
@@ -93,7 +96,7 @@ func TestNamespaceRunner(t *testing.T) {
 		t.Fatalf("host netns %q %v: want one other than the test namespace's %s", hostLink, err, nsLink)
 	}
 
-	p := NewCommand([]string{script, rec, "--flag"}, NamespaceRunner(agent, ns))
+	p := NewCommand([]string{script, rec, "--flag"}, NamespaceRunner(agent, ns, ""))
 	ctx := context.Background()
 	for _, port := range []uint16{41021, 0} {
 		os.Remove(rec)
@@ -130,7 +133,7 @@ func TestNamespaceRunner(t *testing.T) {
 	if err := os.WriteFile(ok, []byte("#!/bin/sh\necho \"port $VPN_FORWARDED_PORT set\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	said, err := NewCommand([]string{ok}, NamespaceRunner(agent, ns)).(portforward.Reporter).PushReport(ctx, 41021, []string{"tcp"})
+	said, err := NewCommand([]string{ok}, NamespaceRunner(agent, ns, "")).(portforward.Reporter).PushReport(ctx, 41021, []string{"tcp"})
 	if want := "exit code 0: output: port 41021 set"; err != nil || said != want {
 		t.Fatalf("command that worked: %q (%v), want %q", said, err, want)
 	}
@@ -139,22 +142,118 @@ func TestNamespaceRunner(t *testing.T) {
 	if err := os.WriteFile(fail, []byte("#!/bin/sh\necho something broke >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err = NewCommand([]string{fail}, NamespaceRunner(agent, ns)).Push(ctx, 41021, []string{"tcp"})
+	err = NewCommand([]string{fail}, NamespaceRunner(agent, ns, "")).Push(ctx, 41021, []string{"tcp"})
 	var ce *CommandError
 	if !errors.As(err, &ce) || ce.Code != 3 || err.Error() != "onChange "+fail+" (VPN_FORWARDED_PORT=41021): exit code 3: output: something broke" {
 		t.Fatalf("failing command: %v", err)
 	}
 	// A command that is not there: exec's 127.
-	err = NewCommand([]string{filepath.Join(dir, "absent")}, NamespaceRunner(agent, ns)).Push(ctx, 41021, nil)
+	err = NewCommand([]string{filepath.Join(dir, "absent")}, NamespaceRunner(agent, ns, "")).Push(ctx, 41021, nil)
 	if !errors.As(err, &ce) || ce.Code != 127 || !strings.Contains(err.Error(), "command not found") {
 		t.Fatalf("absent command: %v", err)
 	}
 	// A command that does not finish: killed at the timeout with what
 	// it started.
-	checkKilledAtTimeout(t, NamespaceRunner(agent, ns))
+	checkKilledAtTimeout(t, NamespaceRunner(agent, ns, ""))
 	// The namespace is gone: vpn-agent exec says so.
-	err = NewCommand([]string{script, rec}, NamespaceRunner(agent, "pfnotup")).Push(ctx, 41021, nil)
+	err = NewCommand([]string{script, rec}, NamespaceRunner(agent, "pfnotup", "")).Push(ctx, 41021, nil)
 	if !errors.As(err, &ce) || ce.Code != 2 || !strings.Contains(err.Error(), "namespace pfnotup is not up") {
 		t.Fatalf("no namespace: %v", err)
+	}
+}
+
+// TestNamespaceRunnerAsUser (issue 20.8): with a user, the command runs as
+// `vpn-agent exec --user` runs it: that uid, no capabilities, its own PID
+// namespace, exec's clean environment plus the variables it is given;
+// the control, without a user, runs as root. A command that does not
+// finish is killed at the timeout with everything it started.
+func TestNamespaceRunnerAsUser(t *testing.T) {
+	ns := newNS(t)
+	agent := vpnAgent(t)
+	// Reachable by nobody: the script, and the record it writes.
+	dir, err := os.MkdirTemp("", "pushers-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	script, rec := filepath.Join(dir, "port-changed"), filepath.Join(dir, "record")
+	const record = `#!/bin/sh
+{
+	echo "uid=$(id -u)"
+	echo "capeff=$(grep CapEff: /proc/self/status | tr -d '\t')"
+	echo "pid=$$"
+	echo "env=$(env | grep -v -e '^PWD=' -e '^SHLVL=' -e '^_=' | sort | tr '\n' ' ')"
+} > "$1.tmp"
+mv "$1.tmp" "$1"
+`
+	if err := os.WriteFile(script, []byte(record), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := "/"
+	if u, err := user.Lookup("nobody"); err == nil && u.HomeDir != "" {
+		home = u.HomeDir
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		user string
+		want map[string]string
+	}{
+		{"", map[string]string{"uid": "0", "capeff": "CapEff:000001ffffffffff", "env": "PATH=" + commandPath + " VPN_FORWARDED_PORT=41021 VPN_FORWARDED_PROTOCOLS=tcp"}},
+		{"nobody", map[string]string{"uid": "65534", "capeff": "CapEff:0000000000000000",
+			"env": "HOME=" + home + " LOGNAME=nobody PATH=" + commandPath + " USER=nobody VPN_FORWARDED_PORT=41021 VPN_FORWARDED_PROTOCOLS=tcp"}},
+	} {
+		os.Remove(rec)
+		if err := NewCommand([]string{script, rec}, NamespaceRunner(agent, ns, tc.user)).Push(ctx, 41021, []string{"tcp"}); err != nil {
+			t.Fatalf("user %q: %v", tc.user, err)
+		}
+		b, err := os.ReadFile(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			got[k] = v
+		}
+		for k, w := range tc.want {
+			if k == "capeff" && tc.user == "" {
+				if got[k] == "CapEff:0000000000000000" {
+					t.Errorf("control: as root the command has no capabilities")
+				}
+				continue
+			}
+			if got[k] != w {
+				t.Errorf("user %q: the command saw %s=%q, want %q", tc.user, k, got[k], w)
+			}
+		}
+		// In a PID namespace of its own the command's pid is small (after
+		// the init's and its threads'); in the host's it is not.
+		if pid, _ := strconv.Atoi(got["pid"]); (pid <= 64) != (tc.user != "") {
+			t.Errorf("user %q: the command is pid %d", tc.user, pid)
+		}
+	}
+
+	// The timeout kills the whole PID namespace: the exec process's death
+	// takes its init (PR_SET_PDEATHSIG), and the init's every process.
+	const marker = "31.4159"
+	ctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	_, err = NamespaceRunner(agent, ns, "nobody")(ctx, []string{"/bin/sh", "-c", "sleep " + marker + " & sleep " + marker}, nil)
+	var ce *CommandError
+	if !errors.As(err, &ce) || !ce.TimedOut {
+		t.Fatalf("timeout: %v", err)
+	}
+	for i := 0; ; i++ {
+		out, _ := exec.Command("pgrep", "-f", "sleep "+marker).Output()
+		if len(out) == 0 {
+			break
+		}
+		if i == 50 {
+			t.Fatalf("still running 5 s after the timeout: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -24,7 +24,13 @@ type check struct {
 }
 
 var checks = map[string]check{
-	"iouring-socket": {"FAMILY (vsock, packet, inet): create a socket through io_uring (IORING_OP_SOCKET)", ioUringSocket},
+	"iouring-socket":  {"FAMILY (vsock, packet, inet): create a socket through io_uring (IORING_OP_SOCKET)", ioUringSocket},
+	"tiocsti":         {"FD-or-/dev/tty TEXT: push TEXT into that terminal as input (ioctl TIOCSTI); TEXT is not printed", tiocsti},
+	"pidfd-getfd":     {"PID FD [ADDR:PORT]: take fd FD out of process PID (pidfd_open, pidfd_getfd), and send a UDP datagram on it to ADDR:PORT", pidfdGetfd},
+	"ptrace":          {"PID: attach to PID (PTRACE_SEIZE) and detach", ptraceAttach},
+	"process-vm-read": {"PID: read 16 bytes of PID's memory (process_vm_readv)", processVMRead},
+	"kcmp":            {"[PID]: compare our stdin with PID's (default: our own) (kcmp KCMP_FILE)", kcmpFiles},
+	"proc-pids":       {"count the processes visible in /proc (always ok: \"N pids: ...\")", procPIDs},
 }
 
 func main() {
