@@ -139,3 +139,127 @@ func TestReload(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Issue 21.1: `up` over a running namespace applies the agent's own parts
+// too, or refuses with exit 2 naming exactly what changed; never "already
+// up" for a config it did not apply. SIGHUP does the same.
+func TestReloadAgentParts(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, harness.AgentOptions{WGQuick: true})
+	pid := c.d.Pid()
+	t.Cleanup(func() {
+		if c.d.Exited() {
+			c.ag.Cmd("down", c.name)
+		}
+	})
+	write := func(edit func(*config.Config)) {
+		t.Helper()
+		edit(c.cfg)
+		b, _ := json.MarshalIndent(c.cfg, "", "  ")
+		must(t, os.WriteFile(c.path, b, 0o600))
+	}
+	up := func(want string) {
+		t.Helper()
+		o := c.ag.Cmd("up", "--config", c.path)
+		if o.ExitCode() != 0 || strings.TrimSpace(o.Stdout) != want {
+			t.Fatalf("up: want exit 0 and %q:\n%s", want, o)
+		}
+	}
+	hc := hostClient(c.tp.Host)
+	healthz := func(addr string) (int, error) {
+		resp, err := hc.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	const addr1, addr2 = "127.0.0.1:9586", "127.0.0.1:9587"
+	if _, err := healthz(addr1); err == nil {
+		t.Fatal("control: something answers on the metrics address before metrics are configured")
+	}
+
+	// The same server named in configFiles instead of configFile: the
+	// same config.
+	write(func(cfg *config.Config) {
+		cfg.WireGuard.ConfigFiles, cfg.WireGuard.ConfigFile = []string{cfg.WireGuard.ConfigFile}, ""
+	})
+	up("namespace " + c.name + " already up (agent pid " + itoa(pid) + ")")
+
+	// Metrics added, then moved: /healthz answers on the new address only.
+	write(func(cfg *config.Config) { cfg.Metrics.Listen = addr1 })
+	up("namespace " + c.name + " reloaded (changed: metrics)")
+	if code, err := healthz(addr1); err != nil || (code != 200 && code != 503) {
+		t.Errorf("/healthz on %s after metrics were added: %d %v", addr1, code, err)
+	}
+	write(func(cfg *config.Config) { cfg.Metrics.Listen = addr2 })
+	up("namespace " + c.name + " reloaded (changed: metrics)")
+	if code, err := healthz(addr2); err != nil || (code != 200 && code != 503) {
+		t.Errorf("/healthz on %s after metrics moved: %d %v", addr2, code, err)
+	}
+	if _, err := healthz(addr1); err == nil {
+		t.Errorf("the old metrics address %s still answers", addr1)
+	}
+
+	// A probe added whose target does not answer (a closed port behind
+	// the tunnel): the agent judges the tunnel dead. Positive control:
+	// healthy before.
+	if r := c.tunnelEcho(t, 10*time.Second); !r.Reached() {
+		t.Fatalf("control: the tunnel does not carry traffic: %v", r)
+	}
+	if st, err := engine.ReadState(c.name); err != nil || (st.Liveness != nil && st.Liveness.Cause != "") {
+		t.Fatalf("control: not healthy before the probe: %+v %v", st, err)
+	}
+	write(func(cfg *config.Config) {
+		cfg.Health.Probe = &config.Probe{Address: harness.AP(testbed.ProvTunnel4, 1).String(), Interval: "1s", Failures: 2}
+	})
+	up("namespace " + c.name + " reloaded (changed: health)")
+	deadline := time.Now().Add(20 * time.Second)
+	var st *engine.State
+	for time.Now().Before(deadline) {
+		if st, _ = engine.ReadState(c.name); st != nil && st.Liveness != nil && strings.Contains(st.Liveness.Cause, "probe failed") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st == nil || st.Liveness == nil || !strings.Contains(st.Liveness.Cause, "probe failed") {
+		t.Errorf("the new probe's dead target was not detected within 20s: %+v\n%s", st, c.d.Output())
+	}
+	// An answering target: healthy again.
+	write(func(cfg *config.Config) {
+		cfg.Health.Probe = &config.Probe{Address: harness.AP(testbed.ProvTunnel4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+	})
+	up("namespace " + c.name + " reloaded (changed: health)")
+
+	// A change that needs down and up, with a live one: refused, naming
+	// exactly that field; nothing changed (the metrics stay where they are).
+	write(func(cfg *config.Config) { cfg.WireGuard.MTU = 1280; cfg.Metrics.Listen = addr1 })
+	o := c.ag.Cmd("up", "--config", c.path)
+	if stderr := strings.TrimSpace(o.Stderr); o.ExitCode() != 2 || !strings.Contains(stderr, "is up with a different mtu, which cannot change") {
+		t.Errorf("up with a new MTU: want exit 2 naming only mtu:\n%s", o)
+	}
+	if _, err := healthz(addr2); err != nil {
+		t.Errorf("a refused reload moved the metrics: %v", err)
+	}
+
+	// SIGHUP: the same. Metrics back on the first address.
+	write(func(cfg *config.Config) { cfg.WireGuard.MTU = 0 })
+	sent := time.Now()
+	must(t, syscall.Kill(pid, syscall.SIGHUP))
+	deadline = time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, _ = engine.ReadState(c.name); st != nil && st.Reload != nil && !st.Reload.At.Before(sent) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st == nil || st.Reload == nil || st.Reload.Error != "" || strings.Join(st.Reload.Changed, ",") != "metrics" {
+		t.Errorf("SIGHUP with metrics moved: %+v", st.Reload)
+	}
+	if code, err := healthz(addr1); err != nil || (code != 200 && code != 503) {
+		t.Errorf("/healthz on %s after SIGHUP: %d %v", addr1, code, err)
+	}
+	if c.d.Exited() || c.d.Pid() != pid {
+		t.Errorf("the agent did not survive the reloads:\n%s", c.d.Output())
+	}
+}
