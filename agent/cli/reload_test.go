@@ -267,3 +267,27 @@ func TestReloadPool(t *testing.T) {
 		t.Errorf("another single server: %v", err)
 	}
 }
+
+// Kernel-backend up starts an agent exactly for the fields only an agent
+// serves; without them it leaves no process.
+func TestAgentFields(t *testing.T) {
+	f := newReloadFixture(t)
+	resolve := func(edit func(*config.Config)) *config.Spec {
+		t.Helper()
+		c := f.base()
+		edit(c)
+		s, err := config.Resolve(c, config.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	all := resolve(func(c *config.Config) { fileBased(c, ""); c.WireGuard.ConfigFiles = []string{f.server, f.server2} })
+	if got := agentFields(all); !slices.Equal(got, []string{"metrics", "health.probe", "portForwarding", "wireguard.configFiles"}) {
+		t.Errorf("agentFields %q", got)
+	}
+	none := resolve(func(c *config.Config) { c.Metrics, c.Health, c.PortForwarding = config.Metrics{}, config.Health{}, nil })
+	if got := agentFields(none); len(got) != 0 {
+		t.Errorf("agentFields without them %q", got)
+	}
+}

@@ -42,9 +42,17 @@ var SpecParts = map[string]string{
 }
 
 // serverParts are the parts a pool's servers may differ in (what a
-// wg-quick file sets): the pool's digest covers them for every server
-// but the active one, whose own parts cover it.
+// wg-quick file sets): the pool's digest covers what the file gave them
+// (serverDigest) for every server but the active one, whose own parts
+// cover it.
 var serverParts = []string{"addresses", "dns", "fwMark", "listenPort", "mtu", "peers", "privateKey"}
+
+// serverDigest covers what a pool's server has of its own: key, addresses,
+// peers, resolvers and the interface settings of its file (not the DNS
+// mode or search domains, which the config sets for every server).
+func serverDigest(s *config.Spec) string {
+	return sum(fmt.Sprint(s.PrivateKey.PublicKey().String(), s.Addresses, peersDigest(s), s.DNS, s.MTU, s.ListenPort, s.FwMark))
+}
 
 // Digests fingerprints each part of a resolved config, s being the active
 // server: a truncated SHA-256, so the state file (world-readable) can
@@ -64,12 +72,7 @@ func Digests(s *config.Spec) map[string]string {
 			p = append(p, one.ConfigFile()+" active")
 			continue
 		}
-		d := serverDigests(one)
-		var sd []string
-		for _, k := range serverParts {
-			sd = append(sd, d[k])
-		}
-		p = append(p, one.ConfigFile()+" "+strings.Join(sd, ","))
+		p = append(p, one.ConfigFile()+" "+serverDigest(one))
 	}
 	out["pool"] = sum(fmt.Sprint(s.Server, p))
 	return out
@@ -99,17 +102,7 @@ func serverDigests(s *config.Spec) map[string]string {
 		"metrics":          fmt.Sprint(s.Metrics),
 		"health":           fmt.Sprint(s.Probe),
 	}
-	var peers []string
-	for _, p := range s.Peers {
-		psk := ""
-		if p.PresharedKey != nil {
-			m := hmac.New(sha256.New, s.PrivateKey[:])
-			m.Write(p.PresharedKey[:])
-			psk = hex.EncodeToString(m.Sum(nil))
-		}
-		peers = append(peers, fmt.Sprint(p.PublicKey[:], psk, p.Endpoint, p.AllowedIPs, p.Keepalive))
-	}
-	parts["peers"] = peers
+	parts["peers"] = peersDigest(s)
 	if h := s.HostLink; h != nil {
 		parts["hostLink"] = fmt.Sprint(h.HostIf, h.NSIf, h.HostAddr, h.NSAddr, h.AccessibleFrom, h.Mappings)
 	} else {
@@ -121,6 +114,22 @@ func serverDigests(s *config.Spec) map[string]string {
 		out[k] = sum(fmt.Sprintf("%v", v))
 	}
 	return out
+}
+
+// peersDigest covers the peers; a preshared key is represented by an HMAC
+// keyed with the private key.
+func peersDigest(s *config.Spec) []string {
+	var peers []string
+	for _, p := range s.Peers {
+		psk := ""
+		if p.PresharedKey != nil {
+			m := hmac.New(sha256.New, s.PrivateKey[:])
+			m.Write(p.PresharedKey[:])
+			psk = hex.EncodeToString(m.Sum(nil))
+		}
+		peers = append(peers, fmt.Sprint(p.PublicKey[:], psk, p.Endpoint, p.AllowedIPs, p.Keepalive))
+	}
+	return peers
 }
 
 // portForwardDigest covers the forwarding settings; a credentials file is

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -231,10 +232,29 @@ func TestReloadAgentParts(t *testing.T) {
 	})
 	up("namespace " + c.name + " reloaded (changed: health)")
 
+	// A metrics address taken: refused (exit 2, naming metrics.listen),
+	// nothing changed: the old address still serves.
+	const taken = "127.0.0.1:9588"
+	var ln net.Listener
+	must(t, testbed.Do(c.tp.Host, func() (err error) { ln, err = net.Listen("tcp", taken); return err }))
+	defer ln.Close()
+	write(func(cfg *config.Config) { cfg.Metrics.Listen = taken; cfg.DNS.Search = []string{"example.org"} })
+	o := c.ag.Cmd("up", "--config", c.path)
+	if stderr := strings.TrimSpace(o.Stderr); o.ExitCode() != 2 || !strings.Contains(stderr, "metrics.listen: cannot listen on "+taken) || strings.Contains(stderr, "\n") {
+		t.Errorf("up with metrics.listen taken: want exit 2 and one line naming metrics.listen:\n%s", o)
+	}
+	if _, err := healthz(addr2); err != nil {
+		t.Errorf("a refused metrics move closed the old address: %v", err)
+	}
+	if b, _ := os.ReadFile(names.ResolvConf(c.name)); strings.Contains(string(b), "example.org") {
+		t.Errorf("a refused reload applied its DNS part:\n%s", b)
+	}
+	write(func(cfg *config.Config) { cfg.Metrics.Listen = addr2; cfg.DNS.Search = nil })
+
 	// A change that needs down and up, with a live one: refused, naming
 	// exactly that field; nothing changed (the metrics stay where they are).
 	write(func(cfg *config.Config) { cfg.WireGuard.MTU = 1280; cfg.Metrics.Listen = addr1 })
-	o := c.ag.Cmd("up", "--config", c.path)
+	o = c.ag.Cmd("up", "--config", c.path)
 	if stderr := strings.TrimSpace(o.Stderr); o.ExitCode() != 2 || !strings.Contains(stderr, "is up with a different mtu, which cannot change") {
 		t.Errorf("up with a new MTU: want exit 2 naming only mtu:\n%s", o)
 	}
