@@ -15,15 +15,7 @@ import (
 // replace) keeps it, a failover closes it with the old server's kill switch
 // in the same replace, and a failed failover puts it back with the rest.
 func TestForwardedPorts(t *testing.T) {
-	p := pool()
-	for _, s := range p {
-		s.PortForward = &config.PortForwardSpec{Gateway: s.DNS[0], Style: config.PortForwardProton, Protocols: []string{"tcp", "udp"}, Lifetime: time.Minute}
-	}
-	sw, e, inst, _ := upSwitchFakeWith(t, p)
-	open := policy.Forwarded{TCP: []uint16{40001}, UDP: []uint16{40001}}
-	if err := e.SetForwarded(inst, inst.ForwardGen(), open); err != nil {
-		t.Fatal(err)
-	}
+	p, sw, e, inst, open := upForwarded(t)
 	if sw.fwd != open.String() || !inst.Forwarded().Equal(open) {
 		t.Fatalf("after SetForwarded: kill switch %s, instance %s", sw.fwd, inst.Forwarded())
 	}
@@ -69,12 +61,10 @@ func TestForwardedPorts(t *testing.T) {
 	}
 }
 
-// Issue 21.1: a reload that changes the port forwarding closes the old
-// lease's port in the same replace of the kill switch (a new generation,
-// as a failover): a late lease of the old manager opens nothing, and the
-// kill switch is never wider than a lease. A reload that leaves it alone
-// keeps the port open.
-func TestReloadPortForwarding(t *testing.T) {
+// upForwarded brings a pool with port forwarding up in a fake world, with
+// port 40001 forwarded (open).
+func upForwarded(t *testing.T) ([]*config.Spec, *switchWorld, *Engine, *Instance, policy.Forwarded) {
+	t.Helper()
 	p := pool()
 	for _, s := range p {
 		s.PortForward = &config.PortForwardSpec{Gateway: s.DNS[0], Style: config.PortForwardProton, Protocols: []string{"tcp", "udp"}, Lifetime: time.Minute}
@@ -84,6 +74,16 @@ func TestReloadPortForwarding(t *testing.T) {
 	if err := e.SetForwarded(inst, inst.ForwardGen(), open); err != nil {
 		t.Fatal(err)
 	}
+	return p, sw, e, inst, open
+}
+
+// Issue 21.1: a reload that changes the port forwarding closes the old
+// lease's port in the same replace of the kill switch (a new generation,
+// as a failover): a late lease of the old manager opens nothing, and the
+// kill switch is never wider than a lease. A reload that leaves it alone
+// keeps the port open.
+func TestReloadPortForwarding(t *testing.T) {
+	p, sw, e, inst, open := upForwarded(t)
 	// The same servers, changed by edit.
 	reloaded := func(edit func(*config.Spec)) []*config.Spec {
 		var next []*config.Spec

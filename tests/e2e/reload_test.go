@@ -15,7 +15,9 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
 )
 
 // Issue 12.12: `up` with a changed config for a namespace a `run` agent
@@ -26,21 +28,9 @@ import (
 // longer stops the agent.
 func TestReload(t *testing.T) {
 	t.Parallel()
-	c := startAgent(t, harness.AgentOptions{})
+	c := startReloadable(t, harness.AgentOptions{})
 	pid := c.d.Pid()
-	// Should the agent die, a later `up` here starts a detached one: down
-	// stops it (run's own cleanup then reports the death).
-	t.Cleanup(func() {
-		if c.d.Exited() {
-			c.ag.Cmd("down", c.name)
-		}
-	})
-	write := func(edit func(*config.Config)) {
-		t.Helper()
-		edit(c.cfg)
-		b, _ := json.MarshalIndent(c.cfg, "", "  ")
-		must(t, os.WriteFile(c.path, b, 0o600))
-	}
+	write := func(edit func(*config.Config)) { t.Helper(); c.rewrite(t, edit) }
 	table := func() string {
 		out, err := harness.Output(c.name, "nft", "list", "table", "inet", names.Table)
 		if err != nil {
@@ -141,24 +131,36 @@ func TestReload(t *testing.T) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// Issue 21.1: `up` over a running namespace applies the agent's own parts
-// too, or refuses with exit 2 naming exactly what changed; never "already
-// up" for a config it did not apply. SIGHUP does the same.
-func TestReloadAgentParts(t *testing.T) {
-	t.Parallel()
-	c := startAgent(t, harness.AgentOptions{WGQuick: true})
-	pid := c.d.Pid()
+// startReloadable starts an agent for reload tests. Should the agent die,
+// a later `up` starts a detached one: down stops it (run's own cleanup
+// then reports the death).
+func startReloadable(t *testing.T, o harness.AgentOptions) *confined {
+	t.Helper()
+	c := startAgent(t, o)
 	t.Cleanup(func() {
 		if c.d.Exited() {
 			c.ag.Cmd("down", c.name)
 		}
 	})
-	write := func(edit func(*config.Config)) {
-		t.Helper()
-		edit(c.cfg)
-		b, _ := json.MarshalIndent(c.cfg, "", "  ")
-		must(t, os.WriteFile(c.path, b, 0o600))
-	}
+	return c
+}
+
+// rewrite edits the config and writes it to its file.
+func (c *confined) rewrite(t *testing.T, edit func(*config.Config)) {
+	t.Helper()
+	edit(c.cfg)
+	b, _ := json.MarshalIndent(c.cfg, "", "  ")
+	must(t, os.WriteFile(c.path, b, 0o600))
+}
+
+// Issue 21.1: `up` over a running namespace applies the agent's own parts
+// too, or refuses with exit 2 naming exactly what changed; never "already
+// up" for a config it did not apply. SIGHUP does the same.
+func TestReloadAgentParts(t *testing.T) {
+	t.Parallel()
+	c := startReloadable(t, harness.AgentOptions{WGQuick: true})
+	pid := c.d.Pid()
+	write := func(edit func(*config.Config)) { t.Helper(); c.rewrite(t, edit) }
 	up := func(want string) {
 		t.Helper()
 		o := c.ag.Cmd("up", "--config", c.path)
@@ -280,6 +282,70 @@ func TestReloadAgentParts(t *testing.T) {
 		t.Errorf("/healthz on %s after SIGHUP: %d %v", addr1, code, err)
 	}
 	if c.d.Exited() || c.d.Pid() != pid {
+		t.Errorf("the agent did not survive the reloads:\n%s", c.d.Output())
+	}
+}
+
+// Issue 21.1: port forwarding added, changed and removed by `up` over a
+// running agent: the manager starts (the port is granted, opened in the
+// kill switch and reachable), restarts with the new settings, and stops
+// (the port closed in the kill switch, none in status).
+func TestReloadPortForwarding(t *testing.T) {
+	t.Parallel()
+	c := newForwarded(t, provider.StyleProton, nil, harness.AgentOptions{})
+	c.d = c.ag.Run(t, c.path)
+	for p := 40000; p < 40010; p++ {
+		echoIn(t, c.name, p)
+	}
+	write := func(pf *config.PortForwarding) {
+		t.Helper()
+		c.rewrite(t, func(cfg *config.Config) { cfg.PortForwarding = pf })
+		o := c.ag.Cmd("up", "--config", c.path)
+		if want := "namespace " + c.name + " reloaded (changed: portForwarding)"; o.ExitCode() != 0 || strings.TrimSpace(o.Stdout) != want {
+			t.Fatalf("up: want %q:\n%s", want, o)
+		}
+	}
+	// No forwarded port: the sets are empty, or (no port forwarding
+	// configured) not in the kill switch at all.
+	closed := func() bool {
+		got := c.forwardedSets()
+		return got == "tcp {} udp {}" || strings.Contains(got, "No such file or directory")
+	}
+	if !closed() {
+		t.Fatalf("control: forwarded sets before port forwarding: %s", c.forwardedSets())
+	}
+	if r := c.fromInternet(40000); r.Reached() {
+		t.Fatalf("control: the internet reaches port 40000 before port forwarding: %v", r)
+	}
+	write(&config.PortForwarding{NATPMP: &config.NATPMP{Lifetime: forwardLifetime}})
+	c.waitForwarded(t, 40000, "mapped", 20*time.Second)
+	if got := c.forwardedSets(); got != "tcp {40000} udp {40000}" {
+		t.Errorf("forwarded sets after port forwarding was added: %s", got)
+	}
+	if r := harness.Eventually(3*time.Second, func() probe.Result { return c.fromInternet(40000) }); !r.Reached() {
+		t.Errorf("the internet does not reach the forwarded port: %v", r)
+	}
+	// TCP only now: the new manager's lease opens TCP alone.
+	write(&config.PortForwarding{NATPMP: &config.NATPMP{Lifetime: forwardLifetime, Protocol: "tcp"}})
+	c.waitForwarded(t, anyPort, "mapped", 20*time.Second)
+	if got := c.forwardedSets(); !strings.HasSuffix(got, "udp {}") || got == "tcp {} udp {}" {
+		t.Errorf("forwarded sets after the protocol became tcp: %s", got)
+	}
+	write(nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for !closed() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !closed() {
+		t.Errorf("forwarded sets after port forwarding was removed: %s", c.forwardedSets())
+	}
+	if r := c.fromInternet(40000); r.Reached() {
+		t.Errorf("the internet still reaches port 40000 after port forwarding was removed: %v", r)
+	}
+	if st := c.forwardStatus(t); st.ForwardedPort != 0 {
+		t.Errorf("status still shows a forwarded port: %+v", st)
+	}
+	if c.d.Exited() {
 		t.Errorf("the agent did not survive the reloads:\n%s", c.d.Output())
 	}
 }
