@@ -118,13 +118,36 @@ let
         ;
     };
 
+  # The user a stock NixOS service of app runs as (services.<app>.user, the
+  # User= of its unit), when it is enabled; else null.
+  serviceUser =
+    app:
+    let
+      s = config.services.${app} or { };
+    in
+    if s.enable or false then s.user or null else null;
+  # portForwarding.<app>.user, or with a credentials file and none given,
+  # the user of the NixOS service of that name.
+  appUser =
+    app: a:
+    if a.user != null then
+      a.user
+    else if a.credentialsFile != null then
+      serviceUser app
+    else
+      null;
   # An application the agent tells the forwarded port (portForwarding.*).
-  appPushJSON = a: clean { inherit (a) url credentialsFile; };
+  appPushJSON =
+    app: a:
+    clean {
+      inherit (a) url credentialsFile;
+      user = appUser app a;
+    };
   portForwardingJSON =
     pf:
     clean {
-      transmission = appPushJSON pf.transmission;
-      qbittorrent = appPushJSON pf.qbittorrent;
+      transmission = appPushJSON "transmission" pf.transmission;
+      qbittorrent = appPushJSON "qbittorrent" pf.qbittorrent;
       inherit (pf) onChange;
     }
     // {
@@ -333,6 +356,19 @@ let
         ${app}'s API (mode 0600 or stricter, owned by root; absolute, outside
         /nix/store; a plain string, never copied to the store). `null`: no
         authentication.
+      '';
+    };
+    user = nullOption types.str {
+      example = "debian-transmission";
+      description = ''
+        The user ${app} runs as (a name or a uid). Before each request the
+        agent checks, inside the namespace, that the socket it connected to
+        belongs to this user, and sends nothing (no credential) to a
+        listener of anyone else, such as a confined process that bound the
+        port before ${app} did. Required with `credentialsFile`; `null`
+        then takes `services.${app}.user` when `services.${app}.enable` is
+        set (the User= of its unit), and is an assertion error otherwise.
+        Without either, no check.
       '';
     };
   };
@@ -707,7 +743,10 @@ let
   # Only the store check stays here, not in the agent alone: the module knows
   # builtins.storeDir (the agent assumes /nix/store), and the advice is
   # NixOS's (sops-nix/agenix; a string, not a path literal). Everything else
-  # about a namespace is `vpn-agent validate`'s (configDir).
+  # about a namespace is `vpn-agent validate`'s (configDir), except the
+  # user of an application with a credentials file: a missing one is the
+  # agent's error too, but only the module can say which NixOS service would
+  # have given it.
   secretAssertions =
     name: ns:
     let
@@ -738,7 +777,17 @@ let
         value = p.presharedKeyFile;
       }) ns.wireguard.peers;
     in
-    map (p: {
+    map (app: {
+      assertion =
+        !ns.portForwarding.enable
+        || ns.portForwarding.${app}.credentialsFile == null
+        || appUser app ns.portForwarding.${app} != null;
+      message = "${opt name}.portForwarding.${app}.user is not set, and services.${app} is not enabled to take its user from: set it to the user ${app} runs as (the User= of its service), so that the credentials go only to that user's listener.";
+    }) [
+      "transmission"
+      "qbittorrent"
+    ]
+    ++ map (p: {
       assertion = !(hasPrefix storePrefix p.value);
       message = "${opt name}.${p.field} points into the world-readable Nix store (${p.value}); keep secrets outside it (e.g. /run/secrets/..., managed by sops-nix/agenix) and pass the path as a string, not a Nix path literal.";
     }) (filter (p: p.value != null) paths);

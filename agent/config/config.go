@@ -98,6 +98,17 @@ type App struct {
 	// CredentialsFile holds one line "username:password" (a secret: mode
 	// 0600 or stricter, owned by root). Omitted: no login.
 	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// User is the user the application runs as (a name or a uid, looked
+	// up when the agent starts). Before each request the agent checks,
+	// inside the namespace (sock_diag), that the socket it connected to
+	// belongs to that user, and sends nothing to a listener of anyone
+	// else: without the check, any confined process (even as nobody)
+	// that bound the application's port before it would be sent the
+	// credentials. A refused push shows in status as pending, naming the
+	// listener's owner, and is retried. The application must listen
+	// inside the namespace (an address outside it is refused). Required
+	// with CredentialsFile; without either, no check.
+	User string `json:"user,omitempty"`
 }
 
 // Memory bounds the userspace backend's memory. wireguard-go holds each

@@ -139,7 +139,7 @@ func TestStaticSkipsSecrets(t *testing.T) {
 			m["wireguard"].(map[string]any)["peers"].([]any)[0].(map[string]any)["presharedKeyFile"] = path
 		},
 		"portForwarding.transmission.credentialsFile": func(m map[string]any, path string) {
-			m["portForwarding"] = map[string]any{"natpmp": map[string]any{"gateway": "10.2.0.1"}, "transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc", "credentialsFile": path}}
+			m["portForwarding"] = map[string]any{"natpmp": map[string]any{"gateway": "10.2.0.1"}, "transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc", "credentialsFile": path, "user": "svc-not-on-the-build-host"}}
 		},
 	} {
 		m := f.structured()
@@ -353,7 +353,7 @@ func TestParseJSONErrors(t *testing.T) {
 func FuzzConfig(f *testing.F) {
 	f.Add([]byte(`{"name":"proton","wireguard":{"configFile":"/run/secrets/p.conf"}}`))
 	f.Add([]byte(`{"name":"a","wireguard":{"privateKeyFile":"/k","addresses":["10.0.0.2/32"],"peers":[{"publicKey":"x","endpoint":"[::1]:1","allowedIPs":["0.0.0.0/0"]}]},"hostLink":{"enable":true,"hostAddress":"10.9.0.1/30","namespaceAddress":"10.9.0.2/30","accessibleFrom":["192.168.0.0/16"],"portMappings":[{"from":1,"to":2,"protocol":"both"}]}}`))
-	f.Add([]byte(`{"name":"t","wireguard":{"configFile":"/run/secrets/p.conf"},"portForwarding":{"natpmp":{"gateway":"10.2.0.1","style":"rfc","internalPort":6881,"protocol":"tcp","lifetime":"90s"},"transmission":{"url":"http://127.0.0.1:9091/transmission/rpc","credentialsFile":"/run/secrets/tr"},"qbittorrent":{"url":"http://127.0.0.1:8080"},"onChange":["/bin/true","x"]}}`))
+	f.Add([]byte(`{"name":"t","wireguard":{"configFile":"/run/secrets/p.conf"},"portForwarding":{"natpmp":{"gateway":"10.2.0.1","style":"rfc","internalPort":6881,"protocol":"tcp","lifetime":"90s"},"transmission":{"url":"http://127.0.0.1:9091/transmission/rpc","credentialsFile":"/run/secrets/tr","user":"debian-transmission"},"qbittorrent":{"url":"http://127.0.0.1:8080"},"onChange":["/bin/true","x"]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {

@@ -2,10 +2,13 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -109,8 +112,9 @@ func resolveGateway(g string, s *Spec, ps *PortForwardSpec) error {
 	return nil
 }
 
-// resolveApp checks an application's API URL and reads its credentials
-// (not in static validation, which reads no secret).
+// resolveApp checks an application's API URL, reads its credentials (not
+// in static validation, which reads no secret) and resolves the user it
+// runs as.
 func resolveApp(field string, a *App, example string, opts Options) (*AppSpec, error) {
 	if a == nil {
 		return nil, nil
@@ -120,23 +124,67 @@ func resolveApp(field string, a *App, example string, opts Options) (*AppSpec, e
 		return nil, fieldErr(field+".url", "write the API's URL, e.g. \""+example+"\" (credentials go in credentialsFile)", "%q is not an http(s) URL without credentials", redactURL(a.URL))
 	}
 	as := &AppSpec{URL: a.URL, CredentialsFile: a.CredentialsFile}
-	if a.CredentialsFile == "" {
-		return as, nil
+	if a.CredentialsFile != "" {
+		if err := readAppCredentials(field+".credentialsFile", a.CredentialsFile, as, opts); err != nil {
+			return nil, err
+		}
 	}
-	cf := field + ".credentialsFile"
-	data, err := secretFile(cf, a.CredentialsFile, opts)
-	if err != nil {
+	if err := resolveAppUser(field, a, as, opts); err != nil {
 		return nil, err
 	}
-	if opts.Static {
-		return as, nil
+	return as, nil
+}
+
+// readAppCredentials reads the credentials file at path into as (not in
+// static validation, which reads no secret).
+func readAppCredentials(field, path string, as *AppSpec, opts Options) error {
+	data, err := secretFile(field, path, opts)
+	if err != nil || opts.Static {
+		return err
 	}
 	user, pass, msg := parseCredentials(data)
 	if msg != "" {
-		return nil, fieldErr(cf, `write one line "username:password"`, "%s: %s", a.CredentialsFile, msg)
+		return fieldErr(field, `write one line "username:password"`, "%s: %s", path, msg)
 	}
 	as.User, as.Password = user, pass
-	return as, nil
+	return nil
+}
+
+// resolveAppUser resolves the user the application runs as to its uid
+// (a name is looked up at run time, not in static validation, which
+// runs where the service's user may not exist yet). It is required with
+// a credentials file: the agent sends the credentials only to a listener
+// of that user.
+func resolveAppUser(field string, a *App, as *AppSpec, opts Options) error {
+	uf := field + ".user"
+	if a.User == "" {
+		if a.CredentialsFile != "" {
+			return fieldErr(uf, `set the user the application runs as, e.g. "debian-transmission" or its uid: the credentials go only to a listener of that user`, "missing (required with credentialsFile)")
+		}
+		return nil
+	}
+	as.RunsAs = a.User
+	if n, err := strconv.ParseUint(a.User, 10, 32); err == nil {
+		as.UID = uint32(n)
+		return nil
+	}
+	if opts.Static {
+		return nil
+	}
+	u, err := user.Lookup(a.User)
+	if err != nil {
+		msg := fmt.Sprintf("look up user %q: %v", a.User, err)
+		if errors.As(err, new(user.UnknownUserError)) {
+			msg = fmt.Sprintf("no user %q on this system", a.User)
+		}
+		return fieldErr(uf, "give the user the application runs as (its service's User=), by name or uid", "%s", msg)
+	}
+	n, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return fieldErr(uf, "give the user's numeric uid instead", "user %q has uid %q, not a number", a.User, u.Uid)
+	}
+	as.UID = uint32(n)
+	return nil
 }
 
 // parseCredentials splits one line "username:password" at the first

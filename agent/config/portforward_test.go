@@ -16,8 +16,8 @@ func TestPortForwarding(t *testing.T) {
 	m := f.structured()
 	m["portForwarding"] = map[string]any{
 		"natpmp":       map[string]any{},
-		"transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc"},
-		"qbittorrent":  map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": creds},
+		"transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc", "user": "4242"},
+		"qbittorrent":  map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": creds, "user": "nobody"},
 		"onChange":     []any{"/usr/local/bin/port-changed", "--quiet"},
 	}
 	s, err := resolveJSON(t, m)
@@ -33,6 +33,10 @@ func TestPortForwarding(t *testing.T) {
 	}
 	if p.Transmission.User != "" || p.QBittorrent.User != "admin" || p.QBittorrent.Password != "s3cr:et" {
 		t.Errorf("credentials: transmission %q, qbittorrent %q", p.Transmission.User, p.QBittorrent.User)
+	}
+	// The user the application runs as: a uid as it is, a name looked up.
+	if p.Transmission.RunsAs != "4242" || p.Transmission.UID != 4242 || p.QBittorrent.RunsAs != "nobody" || p.QBittorrent.UID != 65534 {
+		t.Errorf("users: transmission %q %d, qbittorrent %q %d", p.Transmission.RunsAs, p.Transmission.UID, p.QBittorrent.RunsAs, p.QBittorrent.UID)
 	}
 	if s := p.QBittorrent.String(); strings.Contains(s, "s3cr") {
 		t.Errorf("String() shows the password: %s", s)
@@ -70,8 +74,10 @@ func TestPortForwarding(t *testing.T) {
 		{map[string]any{"natpmp": map[string]any{"lifetime": "90.5s"}}, "portForwarding.natpmp.lifetime", "whole seconds"},
 		{map[string]any{"natpmp": map[string]any{}, "transmission": map[string]any{"url": "127.0.0.1:9091"}}, "portForwarding.transmission.url", "http(s) URL"},
 		{map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://admin:hunter2@127.0.0.1:8080"}}, "portForwarding.qbittorrent.url", "credentialsFile"},
-		{map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": badCreds}}, "portForwarding.qbittorrent.credentialsFile", `"username:password"`},
-		{map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": open}}, "portForwarding.qbittorrent.credentialsFile", "readable"},
+		{map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": creds}}, "portForwarding.qbittorrent.user", "required with credentialsFile"},
+		{map[string]any{"natpmp": map[string]any{}, "transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc", "user": "no-such-user-pf"}}, "portForwarding.transmission.user", `no user "no-such-user-pf"`},
+		{map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": badCreds, "user": "0"}}, "portForwarding.qbittorrent.credentialsFile", `"username:password"`},
+		{map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": open, "user": "0"}}, "portForwarding.qbittorrent.credentialsFile", "readable"},
 		{map[string]any{"natpmp": map[string]any{}, "onChange": []any{"port-changed"}}, "portForwarding.onChange[0]", "absolute"},
 	} {
 		m["portForwarding"] = tc.pf
@@ -94,7 +100,7 @@ func TestPortForwarding(t *testing.T) {
 		{"alice:pa55\nmore", "", "", "more than one line"},
 	} {
 		write(t, creds, tc.content, 0o600)
-		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc", "credentialsFile": creds}}
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "transmission": map[string]any{"url": "http://127.0.0.1:9091/transmission/rpc", "credentialsFile": creds, "user": "0"}}
 		s, err := resolveJSON(t, m)
 		if tc.msg != "" {
 			wantErr(t, err, "portForwarding.transmission.credentialsFile", tc.msg)

@@ -128,6 +128,11 @@ type AppSpec struct {
 	URL             string
 	CredentialsFile string
 	User, Password  string // empty without a credentials file, or before the file is read
+	// RunsAs is config's user (a name or a uid), "" when not given, and
+	// UID its uid (not looked up in static validation when RunsAs is a
+	// name). Requests go only to a listener of UID.
+	RunsAs string
+	UID    uint32
 }
 
 // String never includes the password.

@@ -55,12 +55,11 @@ var gatewayRestarted = natpmp.Restarted
 // namespace) and the onChange command (run there through vpn-agent exec).
 func pushers(s *config.Spec) (appList []portforward.Pusher, onChange portforward.Pusher, err error) {
 	pf := s.PortForward
-	http := apps.NamespaceHTTPClient(s.Name)
 	if a := pf.Transmission; a != nil {
-		appList = append(appList, apps.NewTransmission(a.URL, credentials(a), http))
+		appList = append(appList, apps.NewTransmission(a.URL, credentials(a), apps.NamespaceHTTPClient(s.Name, owner(a))))
 	}
 	if a := pf.QBittorrent; a != nil {
-		appList = append(appList, apps.NewQBittorrent(a.URL, credentials(a), http))
+		appList = append(appList, apps.NewQBittorrent(a.URL, credentials(a), apps.NamespaceHTTPClient(s.Name, owner(a))))
 	}
 	if len(pf.OnChange) > 0 {
 		exe, err := os.Executable()
@@ -77,4 +76,14 @@ func credentials(a *config.AppSpec) *apps.Credentials {
 		return nil
 	}
 	return &apps.Credentials{User: a.User, Password: a.Password}
+}
+
+// owner is the user the application runs as, whose listener alone is
+// sent a request; nil (no check) when config names none, which it allows
+// only without a credentials file.
+func owner(a *config.AppSpec) *apps.Owner {
+	if a.RunsAs == "" {
+		return nil
+	}
+	return &apps.Owner{UID: a.UID, Name: a.RunsAs}
 }

@@ -142,7 +142,7 @@ func portForwardDigest(p *config.PortForwardSpec) string {
 		if a == nil {
 			return "-"
 		}
-		return a.URL + " " + a.CredentialsFile
+		return a.URL + " " + a.CredentialsFile + " " + a.RunsAs
 	}
 	return fmt.Sprint(p.Gateway, p.Style, p.InternalPort, p.Protocols, p.Lifetime, app(p.Transmission), app(p.QBittorrent), p.OnChange)
 }

@@ -4,7 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -32,5 +35,22 @@ func TestDigestsHoldNoSecret(t *testing.T) {
 	s.PrivateKey = k2
 	if Digests(s)["privateKey"] == d["privateKey"] {
 		t.Error("a changed private key went unnoticed")
+	}
+}
+
+// A changed port-forwarding application user is a change (a restart
+// pushes with the new owner check); the credentials stay out of it.
+func TestDigestPortForwardUser(t *testing.T) {
+	s := testSpec(false)
+	app := &config.AppSpec{URL: "http://127.0.0.1:9091/transmission/rpc", CredentialsFile: "/run/secrets/tr", User: "alice", Password: "s3cret", RunsAs: "debian-transmission", UID: 101}
+	s.PortForward = &config.PortForwardSpec{Transmission: app}
+	d := Digests(s)["portForwarding"]
+	app.RunsAs, app.UID = "transmission", 70
+	if Digests(s)["portForwarding"] == d {
+		t.Error("a changed transmission user went unnoticed")
+	}
+	app.Password = "other"
+	if pf := portForwardDigest(s.PortForward); strings.Contains(pf, "s3cret") || strings.Contains(pf, "other") {
+		t.Errorf("the port-forwarding digest input holds the password: %s", pf)
 	}
 }

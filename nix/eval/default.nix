@@ -61,6 +61,16 @@ let
         type = types.attrsOf (types.submodule serviceModule);
         default = { };
       };
+      # What nixpkgs' services.transmission declares that the module reads
+      # (portForwarding.transmission.user's default).
+      services.transmission.enable = mkOption {
+        type = types.bool;
+        default = false;
+      };
+      services.transmission.user = mkOption {
+        type = types.str;
+        default = "transmission";
+      };
       system.etc.overlay.enable = mkOption {
         type = types.bool;
         default = false;
@@ -323,10 +333,12 @@ let
       transmission = {
         url = "http://127.0.0.1:9091/transmission/rpc";
         credentialsFile = "/run/secrets/transmission-rpc";
+        user = "debian-transmission";
       };
       qbittorrent = {
         url = "http://127.0.0.1:8080";
         credentialsFile = "/run/secrets/qbittorrent-webui";
+        user = "993";
       };
       onChange = [
         "/run/current-system/sw/bin/port-changed"
@@ -369,6 +381,36 @@ let
         })
       );
       docs = pfExample.services.vpnConfinement.namespaces.proton.generatedConfig.portForwarding or null;
+      # A credentials file without user: services.transmission's user, when
+      # it is enabled (the User= of its unit); qbittorrent has no such
+      # service here, so its user stays as given.
+      withCreds = {
+        enable = true;
+        transmission = {
+          url = "http://127.0.0.1:9091/transmission/rpc";
+          credentialsFile = "/run/secrets/transmission-rpc";
+        };
+      };
+      fromService = eval (
+        withBase {
+          services.vpnConfinement.namespaces.vpn.portForwarding = withCreds;
+          services.transmission = {
+            enable = true;
+            user = "debian-transmission";
+          };
+        }
+      );
+      fromServiceUser = (pfOf fromService).transmission.user or null;
+      # Without credentials, no user is taken from the service (no check).
+      noCreds = pfOf (
+        eval (withBase {
+          services.vpnConfinement.namespaces.vpn.portForwarding = {
+            enable = true;
+            transmission.url = "http://127.0.0.1:9091/transmission/rpc";
+          };
+          services.transmission.enable = true;
+        })
+      );
       wantDefaults.natpmp = {
         style = "proton";
         protocol = "both";
@@ -381,7 +423,10 @@ let
     ++ lib.optional (defaults != wantDefaults) "portForwarding: enable alone generated ${builtins.toJSON defaults}, want ${builtins.toJSON wantDefaults}"
     ++ lib.optional (off != null) "portForwarding: disabled, yet in the JSON: ${builtins.toJSON off}"
     ++ lib.optional (docs != wantDocs) "portForwarding: the docs example generated ${builtins.toJSON docs}, want ${builtins.toJSON wantDocs}"
-    ++ lib.optional (failedAssertions pfExample != [ ] || pfExample.warnings != [ ]) "portForwarding: the docs example trips ${builtins.toJSON (failedAssertions pfExample ++ pfExample.warnings)}";
+    ++ lib.optional (failedAssertions pfExample != [ ] || pfExample.warnings != [ ]) "portForwarding: the docs example trips ${builtins.toJSON (failedAssertions pfExample ++ pfExample.warnings)}"
+    ++ lib.optional (fromServiceUser != "debian-transmission") "portForwarding.transmission.user: with a credentials file and services.transmission enabled, generated ${builtins.toJSON fromServiceUser}, want \"debian-transmission\""
+    ++ lib.optional (failedAssertions fromService != [ ]) "portForwarding.transmission.user taken from services.transmission, yet ${builtins.toJSON (failedAssertions fromService)}"
+    ++ lib.optional (noCreds.transmission != { url = "http://127.0.0.1:9091/transmission/rpc"; }) "portForwarding.transmission without credentials generated ${builtins.toJSON noCreds.transmission}, want the URL alone";
   # memory.packetBuffers (issue 15): a value, and 0 (unbounded), reach the
   # JSON as given; unset, it is absent (the agent's default, 256, applies).
   memoryChecks =
@@ -424,10 +469,23 @@ let
           qbittorrent = {
             url = "http://127.0.0.1:8080";
             credentialsFile = "/nix/store/abc-qbt";
+            user = "qbittorrent";
           };
         };
       };
       expect = "portForwarding.qbittorrent.credentialsFile points into the world-readable Nix store";
+    };
+    credentials-without-user = {
+      config = withBase {
+        services.vpnConfinement.namespaces.vpn.portForwarding = {
+          enable = true;
+          qbittorrent = {
+            url = "http://127.0.0.1:8080";
+            credentialsFile = "/run/secrets/qbt";
+          };
+        };
+      };
+      expect = "portForwarding.qbittorrent.user is not set, and services.qbittorrent is not enabled";
     };
     unknown-namespace = {
       config = withBase {

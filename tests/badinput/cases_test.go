@@ -180,11 +180,16 @@ var jsonCases = []jsonCase{
 	{"qbittorrent credentials readable", "portForwarding.qbittorrent.credentialsFile", func(m map[string]any, dir string, k keys) {
 		p := filepath.Join(dir, "qbt")
 		os.WriteFile(p, []byte("admin:"+k.priv[:20]+"\n"), 0o644)
-		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": p}}
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": p, "user": "root"}}
 	}},
 	{"qbittorrent credentials without colon", "portForwarding.qbittorrent.credentialsFile", func(m map[string]any, dir string, k keys) {
 		p := filepath.Join(dir, "qbt")
 		os.WriteFile(p, []byte(k.priv[:20]+"\n"), 0o600)
+		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": p, "user": "root"}}
+	}},
+	{"qbittorrent credentials without user", "portForwarding.qbittorrent.user", func(m map[string]any, dir string, k keys) {
+		p := filepath.Join(dir, "qbt")
+		os.WriteFile(p, []byte("admin:"+k.priv[:20]+"\n"), 0o600)
 		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "qbittorrent": map[string]any{"url": "http://127.0.0.1:8080", "credentialsFile": p}}
 	}},
 	{"onChange relative", "portForwarding.onChange[0]", func(m map[string]any, _ string, _ keys) {

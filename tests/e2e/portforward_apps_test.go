@@ -1,9 +1,15 @@
 package e2e
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"os/exec"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,8 +234,10 @@ func TestPortForwardTransmission(t *testing.T) {
 	t.Parallel()
 	requireAgent(t)
 	c := newForwarded(t, provider.StyleProton, &config.PortForwarding{
-		NATPMP:       &config.NATPMP{Lifetime: forwardLifetime},
-		Transmission: &config.App{URL: torrent.TransmissionURL},
+		NATPMP: &config.NATPMP{Lifetime: forwardLifetime},
+		// The daemon runs as root (vpn-agent exec without --user): the
+		// owner check runs, with no credentials to guard.
+		Transmission: &config.App{URL: torrent.TransmissionURL, User: "root"},
 	}, harness.AgentOptions{})
 	tr := torrent.NewTransmission(t, torrent.Options{NS: c.name, PortMap: true})
 	a := confinedApp{name: "transmission", start: tr.Start, add: tr.Add, check: tr.Check, port: func() (uint16, error) {
@@ -268,7 +276,7 @@ func TestPortForwardQBittorrent(t *testing.T) {
 	}
 	c := newForwarded(t, provider.StyleProton, &config.PortForwarding{
 		NATPMP:      &config.NATPMP{Lifetime: forwardLifetime},
-		QBittorrent: &config.App{URL: torrent.QBittorrentURL, CredentialsFile: creds},
+		QBittorrent: &config.App{URL: torrent.QBittorrentURL, CredentialsFile: creds, User: "0"}, // the daemon runs as root
 	}, harness.AgentOptions{})
 	q := torrent.NewQBittorrent(t, torrent.Options{NS: c.name, User: user, Password: password})
 	a := confinedApp{name: "qbittorrent", start: q.Start, add: q.Add, check: q.Check, port: func() (uint16, error) {
@@ -291,4 +299,122 @@ func TestPortForwardQBittorrent(t *testing.T) {
 	if strings.Contains(c.d.Output(), password) {
 		t.Error("the agent's log shows qBittorrent's password")
 	}
+}
+
+// squatScript is a listener that prints every byte it is sent: one
+// connection after another, on 127.0.0.1 at the port given.
+const squatScript = `use IO::Socket::INET; $| = 1;
+my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $ARGV[0], Listen => 16, ReuseAddr => 1) or die "listen: $!";
+print STDERR "listening\n";
+while (my $c = $s->accept) { while (sysread($c, my $b, 65536)) { print $b } close $c }`
+
+// TestPortForwardCredentialsSquatter is issue 20's finding 5: a confined
+// process as nobody (`vpn-agent exec --user nobody`) binds qBittorrent's
+// Web UI port before qBittorrent starts. The agent, told qBittorrent runs
+// as root, sends it nothing: no login, no password; status shows the
+// push pending, naming nobody. The positive control: once the squatter
+// is gone, the real qBittorrent (root's) is logged in to and given the
+// port.
+func TestPortForwardCredentialsSquatter(t *testing.T) {
+	t.Parallel()
+	requireAgent(t)
+	const user, password = "alice", "e2e-squat-s3cret"
+	creds := t.TempDir() + "/qbittorrent.credentials"
+	if err := os.WriteFile(creds, []byte(user+":"+password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newForwarded(t, provider.StyleProton, &config.PortForwarding{
+		NATPMP:      &config.NATPMP{Lifetime: forwardLifetime},
+		QBittorrent: &config.App{URL: torrent.QBittorrentURL, CredentialsFile: creds, User: "root"},
+	}, harness.AgentOptions{})
+	q := torrent.NewQBittorrent(t, torrent.Options{NS: c.name, User: user, Password: password})
+
+	// The squatter, confined as nobody, before the agent's first push.
+	perl := torrent.NeedTool(t, "perl")
+	cmd := exec.Command(env.agentBin, "exec", "--user", "nobody", c.name, "--", perl, "-e", squatScript, "8080") // torrent.QBittorrentURL's
+	var got, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &got, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 2 * time.Second // Wait returns even if a process in the group outlived the kill
+	c.d = c.ag.Run(t, c.path)
+	c.waitForwarded(t, firstForwarded, "mapped", 20*time.Second)
+	if err := testbed.Start(c.tp.Host, cmd); err != nil {
+		t.Fatal(err)
+	}
+	stop := func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }
+	t.Cleanup(stop)
+	if err := torrent.Poll(10*time.Second, func() error {
+		if !strings.Contains(stderr.String(), "listening") {
+			return fmt.Errorf("squatter: %q", stderr.String())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Refused, naming the squatter's owner, for at least two tries.
+	var pending string
+	err := torrent.Poll(30*time.Second, func() error {
+		st := c.forwardStatus(t)
+		if st.PortForward != nil {
+			for _, p := range st.PortForward.Pending {
+				if strings.HasPrefix(p, "qbittorrent: ") && strings.Contains(p, "belongs to uid 65534 (nobody), not to root (uid 0)") {
+					pending = p
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("status: %+v", st.PortForward)
+	})
+	if s := got.String(); strings.Contains(s, url.QueryEscape(password)) {
+		t.Fatalf("the squatter as nobody received qBittorrent's password:\n%s", s)
+	}
+	if err != nil {
+		t.Fatalf("no pending push naming the squatter: %v\nthe squatter received %q\nagent output:\n%s", err, got.String(), c.d.Output())
+	}
+	t.Logf("status says pending %q", pending)
+	before := c.requests(t)
+	if err := torrent.Poll(30*time.Second, func() error {
+		if c.requests(t) < before+2 {
+			return errors.New("no renewal yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if s := got.String(); s != "" {
+		t.Fatalf("the squatter as nobody received %d bytes:\n%s", len(s), s)
+	}
+	if strings.Contains(c.d.Output(), password) {
+		t.Error("the agent's log shows qBittorrent's password")
+	}
+
+	// Positive control: the real qBittorrent, root's, is logged in to
+	// and given the port.
+	d, tor := c.startWith(t, confinedApp{name: "qbittorrent", start: q.Start, add: q.Add})
+	a := confinedApp{name: "qbittorrent", start: q.Start, add: q.Add, check: q.Check, port: func() (uint16, error) {
+		p, err := q.Preferences()
+		return p.ListenPort, err
+	}}
+	c.forwardedTo(t, a, d, tor, firstForwarded)
+}
+
+// syncBuffer is a bytes.Buffer a process's output can be written to
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

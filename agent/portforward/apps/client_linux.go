@@ -6,16 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
-)
-
-// Timeouts of NamespaceHTTPClient.
-const (
-	dialTimeout    = 5 * time.Second
-	headerTimeout  = 10 * time.Second
-	requestTimeout = 15 * time.Second
 )
 
 // NamespaceHTTPClient is an HTTP client whose connections are made inside
@@ -25,22 +17,20 @@ const (
 // the URL's host must be an IP address or localhost (127.0.0.1). It uses
 // no proxy, follows no redirect, keeps no idle connection, and bounds
 // every request (dial 5 s, answer 10 s, all of it 15 s).
-func NamespaceHTTPClient(ns string) *http.Client {
-	return &http.Client{
-		Transport: &http.Transport{
-			Proxy:                  nil,
-			DialContext:            namespaceDialer(ns),
-			TLSHandshakeTimeout:    dialTimeout,
-			ResponseHeaderTimeout:  headerTimeout,
-			DisableKeepAlives:      true,
-			MaxResponseHeaderBytes: 64 << 10,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Timeout:       requestTimeout,
+//
+// With owner (config's user of the application), every connection is
+// checked once made, before a byte is sent: its far end in ns must be a
+// socket of owner's uid (sock_diag, see namespaceSockets), or the
+// request fails with an *OwnerError naming who listens instead.
+func NamespaceHTTPClient(ns string, owner *Owner) *http.Client {
+	dial := namespaceDialer(ns)
+	if owner != nil {
+		dial = ownerCheckedDial(dial, *owner, namespaceSockets(ns))
 	}
+	return newHTTPClient(dial)
 }
 
-func namespaceDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func namespaceDialer(ns string) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {

@@ -49,7 +49,7 @@ func TestNamespaceHTTPClient(t *testing.T) {
 	if got, err := get(http.DefaultClient, "http://127.0.0.1:"+port); err != nil || got != "host" {
 		t.Fatalf("host client: %q %v", got, err)
 	}
-	c := NamespaceHTTPClient(ns)
+	c := NamespaceHTTPClient(ns, nil)
 	for _, h := range []string{"127.0.0.1", "localhost"} {
 		if got, err := get(c, "http://"+h+":"+port+"/"); err != nil || got != "namespace" {
 			t.Fatalf("namespace client to %s: %q %v, want the namespace's server", h, got, err)
@@ -61,7 +61,7 @@ func TestNamespaceHTTPClient(t *testing.T) {
 		t.Fatalf("a host name: %v", err)
 	}
 	// A namespace that is not there: an error, no connection elsewhere.
-	if _, err := get(NamespaceHTTPClient("pfnotup"), "http://127.0.0.1:"+port); err == nil || !strings.Contains(err.Error(), `open netns "pfnotup"`) {
+	if _, err := get(NamespaceHTTPClient("pfnotup", nil), "http://127.0.0.1:"+port); err == nil || !strings.Contains(err.Error(), `open netns "pfnotup"`) {
 		t.Fatalf("client of no namespace: %v", err)
 	}
 	// The caller's context bounds a request.

@@ -5,7 +5,10 @@
 // to push and retries a failed push.
 //
 // The pushers talk to the applications through a Doer, in production
-// NamespaceHTTPClient, whose sockets are created inside the namespace, and
+// NamespaceHTTPClient, whose sockets are created inside the namespace and,
+// when config names the user the application runs as, checked before a
+// byte is sent to be that user's (so a credential never reaches a
+// listener another user bound on the application's port first), and
 // run the command through a RunFunc, in production NamespaceRunner, which
 // runs it the way `vpn-agent exec NAME -- CMD` does. Nothing here starts
 // a shell or a network tool. Errors are one line naming the application

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -15,6 +16,30 @@ import (
 // NamespaceHTTPClient.
 type Doer interface {
 	Do(*http.Request) (*http.Response, error)
+}
+
+// Timeouts of NamespaceHTTPClient.
+const (
+	dialTimeout    = 5 * time.Second
+	headerTimeout  = 10 * time.Second
+	requestTimeout = 15 * time.Second
+)
+
+// newHTTPClient is NamespaceHTTPClient's client around dial: no proxy,
+// no redirect followed, no idle connection, every request bounded.
+func newHTTPClient(dial dialFunc) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:                  nil,
+			DialContext:            dial,
+			TLSHandshakeTimeout:    dialTimeout,
+			ResponseHeaderTimeout:  headerTimeout,
+			DisableKeepAlives:      true,
+			MaxResponseHeaderBytes: 64 << 10,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       requestTimeout,
+	}
 }
 
 // maxBody bounds what is read of an application's answer.

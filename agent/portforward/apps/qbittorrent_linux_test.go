@@ -19,7 +19,7 @@ func TestQBittorrentPush(t *testing.T) {
 	ctx := context.Background()
 	ns := newNS(t)
 	creds := Credentials{User: "alice", Password: testPassword}
-	c := NamespaceHTTPClient(ns)
+	c := NamespaceHTTPClient(ns, nil)
 	q, d := startQBittorrent(t, ns, "")
 	url := q.URL()
 	// Positive control for the read back and the listening check.
@@ -71,7 +71,7 @@ func TestQBittorrentPush(t *testing.T) {
 func TestQBittorrentLocalHostBypass(t *testing.T) {
 	ns := newNS(t)
 	q, d := startQBittorrent(t, ns, "WebUI\\LocalHostAuth=false\n")
-	if err := NewQBittorrent(q.URL(), nil, NamespaceHTTPClient(ns)).Push(context.Background(), 41031, nil); err != nil {
+	if err := NewQBittorrent(q.URL(), nil, NamespaceHTTPClient(ns, nil)).Push(context.Background(), 41031, nil); err != nil {
 		t.Fatal(err)
 	}
 	q.Check(t, d, 41031)
@@ -80,7 +80,7 @@ func TestQBittorrentLocalHostBypass(t *testing.T) {
 // TestQBittorrentNotStarted: nothing listens yet, an error to retry.
 func TestQBittorrentNotStarted(t *testing.T) {
 	ns := newNS(t)
-	err := NewQBittorrent(torrent.QBittorrentURL, &Credentials{User: "alice", Password: testPassword}, NamespaceHTTPClient(ns)).Push(context.Background(), 41001, nil)
+	err := NewQBittorrent(torrent.QBittorrentURL, &Credentials{User: "alice", Password: testPassword}, NamespaceHTTPClient(ns, nil)).Push(context.Background(), 41001, nil)
 	if err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("push to no qBittorrent: %v", err)
 	}

@@ -46,6 +46,9 @@ func vpnAgent(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(listenEnv) != "" {
+		os.Exit(listenerChild()) // a listener of owner_linux_test.go's
+	}
 	rc := m.Run()
 	if agentBin.path != "" {
 		os.RemoveAll(filepath.Dir(agentBin.path))

@@ -15,12 +15,14 @@ func TestTransmissionPush(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ns := newNS(t)
 			var creds *Credentials
+			var owner *Owner
 			o := torrent.Options{NS: ns, PortMap: !auth} // port mapping: once is enough to see it turned off
 			if auth {
 				creds = &Credentials{User: "alice", Password: testPassword}
 				o.User, o.Password = creds.User, creds.Password
+				owner = &Owner{UID: 0, Name: "root"} // the daemon runs as the test: the owner check passes
 			}
-			c := NamespaceHTTPClient(ns)
+			c := NamespaceHTTPClient(ns, owner)
 			tr := torrent.NewTransmission(t, o)
 			d := tr.Start(t, torrent.Launch{NS: ns})
 			url := tr.URL()
@@ -72,7 +74,7 @@ func TestTransmissionPush(t *testing.T) {
 func TestTransmissionNotStarted(t *testing.T) {
 	ns := newNS(t)
 	url := torrent.TransmissionURL
-	err := NewTransmission(url, nil, NamespaceHTTPClient(ns)).Push(context.Background(), 41001, nil)
+	err := NewTransmission(url, nil, NamespaceHTTPClient(ns, nil)).Push(context.Background(), 41001, nil)
 	if err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("push to no Transmission: %v", err)
 	}
