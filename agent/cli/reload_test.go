@@ -168,11 +168,15 @@ func TestReloadClassifiesEveryConfigField(t *testing.T) {
 		"portForwarding.natpmp.protocol":              {after: func(c *config.Config) { pf(c).NATPMP.Protocol = "udp" }, live: []string{"portForwarding"}},
 		"portForwarding.natpmp.lifetime":              {after: func(c *config.Config) { pf(c).NATPMP.Lifetime = "120s" }, live: []string{"portForwarding"}},
 		"portForwarding.transmission.url":             {after: func(c *config.Config) { pf(c).Transmission.URL = "http://127.0.0.1:9092/transmission/rpc" }, live: []string{"portForwarding"}},
-		"portForwarding.transmission.credentialsFile": {after: func(c *config.Config) { pf(c).Transmission.CredentialsFile = f.creds }, live: []string{"portForwarding"}},
-		"portForwarding.qbittorrent.url":              {after: func(c *config.Config) { pf(c).QBittorrent.URL = "http://127.0.0.1:8081" }, live: []string{"portForwarding"}},
-		"portForwarding.qbittorrent.credentialsFile":  {after: func(c *config.Config) { pf(c).QBittorrent.CredentialsFile = f.creds }, live: []string{"portForwarding"}},
-		"portForwarding.onChange":                     {after: func(c *config.Config) { pf(c).OnChange = []string{"/bin/true"} }, live: []string{"portForwarding"}},
-		"memory.packetBuffers":                        {after: func(c *config.Config) { n := 128; c.Memory.PacketBuffers = &n }, refused: []string{"memory"}},
+		"portForwarding.transmission.credentialsFile": {after: func(c *config.Config) { pf(c).Transmission.CredentialsFile, pf(c).Transmission.User = f.creds, "root" }, live: []string{"portForwarding"}},
+		"portForwarding.transmission.user": {before: func(c *config.Config) { pf(c).Transmission.CredentialsFile, pf(c).Transmission.User = f.creds, "root" },
+			after: func(c *config.Config) { pf(c).Transmission.User = "nobody" }, live: []string{"portForwarding"}},
+		"portForwarding.qbittorrent.url":             {after: func(c *config.Config) { pf(c).QBittorrent.URL = "http://127.0.0.1:8081" }, live: []string{"portForwarding"}},
+		"portForwarding.qbittorrent.credentialsFile": {after: func(c *config.Config) { pf(c).QBittorrent.CredentialsFile, pf(c).QBittorrent.User = f.creds, "root" }, live: []string{"portForwarding"}},
+		"portForwarding.qbittorrent.user": {before: func(c *config.Config) { pf(c).QBittorrent.CredentialsFile, pf(c).QBittorrent.User = f.creds, "root" },
+			after: func(c *config.Config) { pf(c).QBittorrent.User = "nobody" }, live: []string{"portForwarding"}},
+		"portForwarding.onChange": {after: func(c *config.Config) { pf(c).OnChange = []string{"/bin/true"} }, live: []string{"portForwarding"}},
+		"memory.packetBuffers":    {after: func(c *config.Config) { n := 128; c.Memory.PacketBuffers = &n }, refused: []string{"memory"}},
 	}
 	fields := jsonFields(reflect.TypeFor[config.Config](), "")
 	for _, path := range fields {
