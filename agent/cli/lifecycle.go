@@ -59,39 +59,48 @@ func cmdUp(args []string, out io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	if backend == config.BackendUserspace {
-		// An agent already holding the namespace is the converged state.
-		// The lock may be held by a running agent or by another `up` that
-		// is starting one: wait for a ready agent before claiming so.
-		if l, err := engine.TryLock(s.Name); errors.Is(err, engine.ErrBusy) {
-			pid, werr := waitReadyAgent(s.Name, *timeout)
-			if werr != nil {
-				return fail(fmt.Errorf("%v; %v", err, werr))
-			}
-			if rc := upRunning(out, s, abs, pid, *timeout); rc != ExitOK {
-				return rc
-			}
-			return handshakeResult(*waitHS, s, *timeout-time.Since(start))
-		} else if err == nil {
-			l.Release(true)
+	// The userspace data plane lives in a process, and so do metrics, the
+	// health probe, port forwarding and failover: for those `up` starts a
+	// detached `vpn-agent run`, with either backend.
+	detach := backend == config.BackendUserspace || len(agentFields(s)) > 0
+	// An agent already holding the namespace is the converged state, or
+	// applies the new config (SIGHUP). The lock may be held by a running
+	// agent or by another `up` that is starting one: wait for a ready
+	// agent before claiming so.
+	if l, err := engine.TryLock(s.Name); errors.Is(err, engine.ErrBusy) && (detach || agentPID(s.Name) > 0) {
+		pid, werr := waitReadyAgent(s.Name, *timeout)
+		if werr != nil {
+			return fail(fmt.Errorf("%v; %v", err, werr))
+		}
+		if rc := upRunning(out, s, abs, pid, *timeout); rc != ExitOK {
+			return rc
+		}
+		return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+	} else if err == nil {
+		l.Release(true)
+	}
+	if detach {
+		// A kernel namespace `up` left without an agent takes a new
+		// config's live parts from the agent's own bring-up; one that
+		// differs in any other part is refused before anything changes.
+		if _, _, _, _, err := runningDiff(s); err != nil {
+			return fail(err)
 		}
 		// Refuse here, in one line, what the detached agent would refuse.
 		if err := eng.CheckOwnership(s); err != nil {
 			return fail(err)
 		}
-		// The userspace data plane lives in a process: start a detached
-		// `vpn-agent run` and wait for its READY=1.
 		pid, err := startDetached(abs, s.Name, *timeout, *adopt)
 		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(out, "namespace %s up (userspace backend, agent pid %d; stop it with vpn-agent down %s)\n", s.Name, pid, s.Name)
+		fmt.Fprintf(out, "namespace %s up (%s backend, agent pid %d; stop it with vpn-agent down %s)\n", s.Name, backend, pid, s.Name)
 		return handshakeResult(*waitHS, s, *timeout-time.Since(start))
 	}
 	// Up converges a namespace that is up already, applying a new
 	// config's live parts; one that differs in any other part is refused
 	// before anything changes.
-	_, live, _, err := runningDiff(s)
+	_, live, _, _, err := runningDiff(s)
 	if err != nil {
 		return fail(err)
 	}
@@ -106,6 +115,35 @@ func cmdUp(args []string, out io.Writer) int {
 	}
 	fmt.Fprintf(out, "namespace %s up (%s backend)\n", s.Name, inst.Backend)
 	return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+}
+
+// agentFields names the fields of s that only a running agent serves:
+// kernel-backend `up` without them needs no process once the namespace is
+// up, with them it leaves an agent running (vpn-agent down stops it).
+func agentFields(s *config.Spec) []string {
+	var f []string
+	if s.Metrics != nil {
+		f = append(f, "metrics")
+	}
+	if s.Probe != nil {
+		f = append(f, "health.probe")
+	}
+	if s.PortForward != nil {
+		f = append(f, "portForwarding")
+	}
+	if len(s.Pool) > 1 {
+		f = append(f, "wireguard.configFiles")
+	}
+	return f
+}
+
+// agentPID is the pid of the agent the state file names, if it runs (0
+// for a kernel namespace `up` left without one).
+func agentPID(name string) int {
+	if st, err := engine.ReadState(name); err == nil && st.PID > 0 && syscall.Kill(st.PID, 0) == nil {
+		return st.PID
+	}
+	return 0
 }
 
 // handshakeResult is up's exit status: with --wait-handshake, 1 (one

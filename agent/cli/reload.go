@@ -13,26 +13,28 @@ import (
 )
 
 // runningDiff compares s with the config the namespace runs, from its
-// state file: the live parts that differ, or an error (bad input) when a
-// part that cannot change live differs. ok is false when nothing is
-// known of a running config (not up, or an agent from before digests).
-func runningDiff(s *config.Spec) (st *engine.State, live []string, ok bool, err error) {
+// state file (its server: the one of s from the same wg-quick file): the
+// live parts that differ and the digest of s as the namespace would run
+// it, or an error (bad input) when a part that cannot change live
+// differs. ok is false when nothing is known of a running config (not
+// up, or an agent from before digests).
+func runningDiff(s *config.Spec) (st *engine.State, live []string, want string, ok bool, err error) {
 	st, rerr := engine.ReadState(s.Name)
 	if rerr != nil || st.ConfigDigests == nil || !netns.Exists(s.Name) {
-		return nil, nil, false, nil
+		return nil, nil, "", false, nil
 	}
-	live, restart := engine.Changed(st.ConfigDigests, engine.Digests(s))
-	if len(restart) > 0 {
-		return st, nil, true, &engine.RestartNeeded{Name: s.Name, Parts: restart}
+	twin, live, err := engine.Compare(s.Name, st.ConfigDigests, st.ServerConfig, s)
+	if err != nil {
+		return st, nil, "", true, err
 	}
-	return st, live, true, nil
+	return st, live, engine.Digest(engine.Digests(twin)), true, nil
 }
 
 // upRunning is `up` for a namespace a ready agent (pid) already holds:
 // nothing to do for the same config; a changed one is reloaded by that
 // agent (SIGHUP), and up waits for the outcome it records.
 func upRunning(out io.Writer, s *config.Spec, abs string, pid int, timeout time.Duration) int {
-	st, live, known, err := runningDiff(s)
+	st, live, want, known, err := runningDiff(s)
 	if err != nil {
 		return fail(err)
 	}
@@ -47,7 +49,6 @@ func upRunning(out io.Writer, s *config.Spec, abs string, pid int, timeout time.
 	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 		return fail(fmt.Errorf("ask agent pid %d to reload: %w", pid, err))
 	}
-	want := engine.Digest(engine.Digests(s))
 	deadline := sent.Add(timeout)
 	for {
 		if st, err := engine.ReadState(s.Name); err == nil && st.Reload != nil && !st.Reload.At.Before(sent) {

@@ -84,6 +84,30 @@
 // signal or ptrace CMD: run confined services and commands as a user of
 // their own, one no host process runs as.
 //
+// # Changing a running namespace
+//
+// `vpn-agent up` with a changed config for a namespace that is up, or
+// SIGHUP to its agent, applies the change while it runs, or refuses it
+// (exit 2, one line naming exactly what differs) and changes
+// nothing. Applied live: dns, openPorts, the peers and the private key
+// (of the server the namespace runs on), wireguard.endpointResolver,
+// metrics (the agent listens on the new address, then closes the old;
+// an address that is taken is refused), health.probe (a new probe runs
+// at once), portForwarding (the forwarded port of the old lease is closed
+// with the reload, and a new lease asked for) and wireguard.configFiles,
+// as long as the new pool holds the server the namespace runs on (known
+// by its file; the namespace stays on it). A server named by
+// wireguard.configFile or as the only one of wireguard.configFiles is the
+// same server. Refused: name, backend, interface, wireguard.addresses,
+// wireguard.mtu, wireguard.listenPort, wireguard.fwMark, ipv6, hostLink,
+// memory, and a pool that leaves out the active server: run `vpn-agent
+// down NAME`, then up.
+//
+// With the kernel backend `up` leaves no process behind, unless the
+// config has metrics, health.probe, portForwarding or a pool of servers:
+// then it starts a detached agent to serve them, as with the userspace
+// backend.
+//
 // # Dead tunnels and failover
 //
 // The running agent judges the tunnel every check interval from

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -73,11 +74,13 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		Notify("STOPPING=1")
 		return errors.Join(err, teardown(eng, inst, log))
 	}
+	// What a reload replaces besides the engine's instance.
+	parts := &agentParts{mon: mon, fo: fo, fwd: fwd}
 	// The watchdog's checks read a kill-switch table back only when its
 	// namespace's nf_tables generation moved (or every DefaultBackstop).
 	watch := health.NewWatcher(s.Name)
 	defer watch.Close() // a panic; every return closes it before the teardown
-	stop := func() error { return shutdown(fwd, watch, func() error { return teardown(eng, inst, log) }) }
+	stop := func() error { return shutdown(parts.fwd, watch, func() error { return teardown(eng, inst, log) }) }
 	steps := &agentTick{eng: eng, inst: inst, watch: watch, mon: mon, fo: fo, log: log}
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
@@ -93,7 +96,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		mu.Lock()
 		defer mu.Unlock()
 		f()
-		fwd.sync(inst)
+		parts.fwd.sync(inst)
 	}
 	for {
 		var dead <-chan struct{}
@@ -103,7 +106,23 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				locked(func() { reload(ctx, eng, inst, o.Load, log) })
+				mu.Lock()
+				old := parts.fwd
+				reload(ctx, eng, inst, o.Load, parts, &mu, o.Liveness, log)
+				steps.mon = parts.mon
+				if parts.fwd == old {
+					parts.fwd.sync(inst)
+					mu.Unlock()
+					continue
+				}
+				mu.Unlock()
+				// The port forwarding changed: the old manager announces
+				// its port lost (its leases, of an older generation, open
+				// nothing now) before the new one asks for its own.
+				old.stop()
+				mu.Lock()
+				parts.fwd.start(inst)
+				mu.Unlock()
 				continue
 			}
 			log.Info("stopping", "signal", sig.String())
@@ -116,8 +135,8 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 			locked(func() {
 				log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
 				rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
-				mon.observe(inst, nil, readingOf(eng, inst))
-				mon.repaired(rep, repair(ctx, eng, inst, rep, log))
+				parts.mon.observe(inst, nil, readingOf(eng, inst))
+				parts.mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 			})
 		case <-tick.C:
 			locked(func() {
@@ -125,12 +144,12 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 				// the failover round (failover_linux.go: dead tunnels,
 				// drift, the pool) and the tx marks, on one device reading.
 				runTick(ctx, steps, readingOf(eng, inst))
-				mon.liveness(o.Liveness)
+				parts.mon.liveness(o.Liveness)
 			})
 		case r := <-fo.results:
 			locked(func() {
 				fo.probed(ctx, r)
-				mon.liveness(o.Liveness)
+				parts.mon.liveness(o.Liveness)
 			})
 		case <-wd:
 			// Only claim liveness when the namespace is actually healthy.
@@ -143,27 +162,76 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 	}
 }
 
+// agentParts are the daemon's own parts of a config, which a reload
+// replaces: the metrics (nil: off), the failover loop (pool and health
+// probe) and the port forwarding (nil: off).
+type agentParts struct {
+	mon *monitor
+	fo  *failover
+	fwd *forwarding
+}
+
 // reload re-reads the config and applies what can change live; an
 // invalid config, or one that needs a restart, leaves the running one as
-// it is. Either way the outcome goes to the state file, for `up`.
-func reload(ctx context.Context, eng *engine.Engine, inst *engine.Instance, load func() (*config.Spec, error), log *slog.Logger) {
+// it is. Either way the outcome goes to the state file, for `up`. What
+// may fail is done first: listening on a new metrics address (taken: bad
+// input, nothing changed). Called under mu; a new port forwarding is
+// left in p.fwd not started, for the caller to start once the old one
+// stopped (without mu: it takes mu to record its last status).
+func reload(ctx context.Context, eng *engine.Engine, inst *engine.Instance, load func() (*config.Spec, error), p *agentParts, mu *sync.Mutex, live *Liveness, log *slog.Logger) {
 	if load == nil {
 		log.Warn("SIGHUP: no config file to reload")
 		return
 	}
 	log.Info("reloading the config (SIGHUP)")
 	next, err := load()
-	if err != nil {
-		log.Error("reload: the new config is invalid; the running one stays", "err", err)
+	refuse := func(err error) {
+		log.Error("reload: the new config cannot be applied; the running one stays", "err", err)
 		if werr := eng.ReloadInvalid(inst, err); werr != nil {
 			log.Error("reload: cannot record the outcome", "err", werr)
 		}
+	}
+	if err != nil {
+		refuse(err)
 		return
+	}
+	var mc *monitorChange
+	var fwd *forwarding
+	twin, parts, cerr := engine.Compare(inst.Spec.Name, engine.Digests(inst.Spec), inst.Spec.ConfigFile(), next)
+	if cerr == nil {
+		has := func(p string) bool { return slices.Contains(parts, p) }
+		if has("metrics") || has("pool") {
+			if mc, err = p.mon.prepareReload(twin, log); err != nil {
+				refuse(err)
+				return
+			}
+		}
+		if has("portForwarding") {
+			if fwd, err = newForwarding(eng, inst, twin, mu, p.mon, log); err != nil {
+				refuse(err)
+				return
+			}
+		}
 	}
 	changed, err := eng.Reload(ctx, inst, next)
 	if err != nil {
+		mc.abandon()
 		log.Error("reload failed; the running config stays", "err", err)
 		return
+	}
+	if slices.Contains(changed, "metrics") || slices.Contains(changed, "pool") {
+		p.mon = p.mon.commit(mc, log)
+		p.mon.ready(inst, readingOf(eng, inst))
+		if p.mon != nil {
+			p.mon.seen = live.Snapshot() // counted by the metrics before
+		}
+	}
+	if slices.Contains(changed, "portForwarding") {
+		p.fwd = fwd
+	}
+	p.fwd.monitor(p.mon)
+	if len(changed) > 0 {
+		p.fo.reconfigure(inst.Spec)
 	}
 	Notify(fmt.Sprintf("STATUS=namespace %s up (%s backend), reloaded", inst.Spec.Name, inst.Backend))
 	log.Info("reloaded", "changed", changed)

@@ -107,6 +107,37 @@ func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *
 	return f
 }
 
+// reconfigure takes a reloaded config, s its active server: the pool's
+// servers (a later switch or retry uses the new ones; a new order or size
+// starts the recovery afresh, its counters kept) and the health probe (a
+// new one runs at once; a result of the old one still in flight is
+// dropped).
+func (f *failover) reconfigure(s *config.Spec) {
+	pool := s.Pool
+	if len(pool) == 0 {
+		pool = []*config.Spec{s}
+	}
+	if len(pool) != f.rec.Pool || s.Server != f.rec.Active {
+		f.rec = liveness.Recovery{Pool: len(pool), Active: s.Server, MinBackoff: f.rec.MinBackoff, MaxBackoff: f.rec.MaxBackoff, Failovers: f.rec.Failovers, Attempts: f.rec.Attempts}
+	}
+	f.pool = pool
+	if !sameProbe(f.probe, s.Probe) {
+		f.probe = s.Probe
+		failures := 0
+		if f.probe != nil {
+			failures = f.probe.Failures
+		}
+		f.judge.SetProbe(failures)
+		f.gen++
+		f.nextProbe = time.Time{}
+	}
+	f.publish()
+}
+
+func sameProbe(a, b *config.ProbeSpec) bool {
+	return a == b || (a != nil && b != nil && *a == *b)
+}
+
 // probeSlack lets a probe due at a check's tick start on that tick: the
 // ticker fires a hair early as often as late, and a probe due an instant
 // after its tick would wait for the next one (an interval plus a check).

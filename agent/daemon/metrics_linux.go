@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"log/slog"
+	"net/http"
+	"sync/atomic"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
@@ -17,6 +19,8 @@ import (
 type monitor struct {
 	m   *metrics.Metrics
 	srv *metrics.Server
+	at  *config.Listen // where srv listens
+	h   *swapHandler   // what srv serves: m's handler
 	// seen is the failover reading metrics last took its counts from.
 	seen Snapshot
 }
@@ -25,12 +29,82 @@ func startMonitor(s *config.Spec, log *slog.Logger) (*monitor, error) {
 	if s.Metrics == nil {
 		return nil, nil
 	}
-	m := metrics.New(s)
-	srv, err := metrics.Listen(s.Metrics, m.Handler(log), log)
+	mo := &monitor{m: metrics.New(s), at: s.Metrics, h: &swapHandler{}}
+	mo.h.set(mo.m.Handler(log))
+	srv, err := metrics.Listen(s.Metrics, mo.h, log)
 	if err != nil {
 		return nil, err
 	}
-	return &monitor{m: m, srv: srv}, nil
+	mo.srv = srv
+	return mo, nil
+}
+
+// swapHandler serves through the handler set last: a reload replaces the
+// metrics without closing the listener.
+type swapHandler struct{ v atomic.Pointer[http.Handler] }
+
+func (h *swapHandler) set(next http.Handler) { h.v.Store(&next) }
+func (h *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*h.v.Load()).ServeHTTP(w, r)
+}
+
+// monitorChange is a reload's new metrics, prepared before anything
+// else changes: listening on a new address is what may fail (bad input:
+// the address is taken), and then nothing changes.
+type monitorChange struct {
+	m   *metrics.Metrics
+	srv *metrics.Server // nil: the address is the same (or metrics go off)
+	at  *config.Listen
+	h   *swapHandler
+}
+
+// prepareReload builds the metrics of next (the active server of a new
+// config) and listens on its address if that is new. Nil without metrics.
+func (mo *monitor) prepareReload(next *config.Spec, log *slog.Logger) (*monitorChange, error) {
+	if next.Metrics == nil {
+		return nil, nil
+	}
+	c := &monitorChange{m: metrics.New(next), h: &swapHandler{}}
+	if mo != nil {
+		c.h = mo.h
+	}
+	if mo == nil || mo.at.String() != next.Metrics.String() {
+		h := &swapHandler{}
+		h.set(c.m.Handler(log))
+		srv, err := metrics.Listen(next.Metrics, h, log)
+		if err != nil {
+			return nil, err
+		}
+		c.srv, c.at, c.h = srv, next.Metrics, h
+	}
+	return c, nil
+}
+
+// abandon closes what prepareReload opened, for a reload that failed.
+func (c *monitorChange) abandon() {
+	if c != nil && c.srv != nil {
+		c.srv.Close()
+	}
+}
+
+// commit makes c the monitor: the new listener serves (the old one is
+// closed after it), or the old one serves c's metrics. It returns the
+// monitor from now on (nil: metrics off).
+func (mo *monitor) commit(c *monitorChange, log *slog.Logger) *monitor {
+	if c == nil {
+		mo.stop()
+		return nil
+	}
+	next := &monitor{m: c.m, h: c.h}
+	if mo != nil {
+		next.srv, next.at, next.seen = mo.srv, mo.at, mo.seen
+	}
+	next.h.set(c.m.Handler(log))
+	if c.srv != nil {
+		mo.stop()
+		next.srv, next.at = c.srv, c.at
+	}
+	return next
 }
 
 // ready marks the namespace up and publishes its first inspection, its

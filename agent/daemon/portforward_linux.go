@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/atomicfile"
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
@@ -21,8 +22,11 @@ import (
 // state file) go through pfHost, under the daemon's lock, so they never
 // interleave with a repair, a reload or a failover.
 type forwarding struct {
+	o      portforward.Options
 	m      *portforward.Manager
+	host   *pfHost
 	gen    uint64 // the generation the manager was last given
+	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -30,30 +34,56 @@ type forwarding struct {
 // startForwarding starts the manager when the spec asks for port
 // forwarding (nil otherwise). mu is the daemon's lock over inst.
 func startForwarding(eng *engine.Engine, inst *engine.Instance, mu *sync.Mutex, mon *monitor, log *slog.Logger) (*forwarding, error) {
-	spec := inst.Spec.PortForward
+	f, err := newForwarding(eng, inst, inst.Spec, mu, mon, log)
+	f.start(inst)
+	return f, err
+}
+
+// newForwarding builds the manager of s's port forwarding (s is inst's
+// spec, or the one a reload is about to give it), not started yet; nil
+// when s asks for none.
+func newForwarding(eng *engine.Engine, inst *engine.Instance, s *config.Spec, mu *sync.Mutex, mon *monitor, log *slog.Logger) (*forwarding, error) {
+	spec := s.PortForward
 	if spec == nil {
 		return nil, nil
 	}
-	appList, onChange, err := pushers(inst.Spec)
+	appList, onChange, err := pushers(s)
 	if err != nil {
 		return nil, err
 	}
 	host := &pfHost{eng: eng, inst: inst, mu: mu, mon: mon, log: log}
-	m := portforward.New(portforward.Options{
+	o := portforward.Options{
 		Spec: spec, Host: host, Apps: appList, OnChange: onChange, Log: log,
-		Dial:      gatewayDialer(inst.Spec.Name),
+		Dial:      gatewayDialer(s.Name),
 		Restarted: gatewayRestarted,
-	})
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &forwarding{m: m, gen: inst.ForwardGen(), cancel: cancel, done: make(chan struct{})}
-	go func() { defer close(f.done); m.Run(ctx) }()
-	return f, nil
+	return &forwarding{o: o, host: host, ctx: ctx, cancel: cancel, done: make(chan struct{})}, nil
+}
+
+// start runs the manager, its leases of inst's current generation.
+func (f *forwarding) start(inst *engine.Instance) {
+	if f == nil {
+		return
+	}
+	f.gen = inst.ForwardGen()
+	f.o.Gen = f.gen
+	f.m = portforward.New(f.o)
+	go func() { defer close(f.done); f.m.Run(f.ctx) }()
+}
+
+// monitor hands the manager's status to mon from now on (a reload
+// replaced the metrics); under the daemon's lock.
+func (f *forwarding) monitor(mon *monitor) {
+	if f != nil {
+		f.host.mon = mon
+	}
 }
 
 // sync tells the manager when the engine emptied the forwarded-port sets
 // itself (a failover, a rebuild); call it under the lock after each event.
 func (f *forwarding) sync(inst *engine.Instance) {
-	if f == nil || inst.ForwardGen() == f.gen {
+	if f == nil || f.m == nil || inst.ForwardGen() == f.gen {
 		return
 	}
 	f.gen = inst.ForwardGen()
@@ -67,7 +97,9 @@ func (f *forwarding) stop() {
 		return
 	}
 	f.cancel()
-	<-f.done
+	if f.m != nil {
+		<-f.done
+	}
 }
 
 // pfHost is the manager's Host.

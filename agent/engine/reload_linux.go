@@ -14,11 +14,15 @@ import (
 // Reload applies next, a newly loaded config for the namespace inst
 // holds, while it runs. Only the live parts may differ (LiveParts): the
 // WireGuard peers and key are replaced, the kill switch is swapped in one
-// netlink batch (never a moment without it) and resolv.conf is rewritten
-// in place (processes that bind-mounted it see the new servers). A config
-// that differs in any other part changes nothing (*RestartNeeded). Each
-// outcome is recorded in the state file (State.Reload) for `up` to read.
-// It returns the parts it changed.
+// netlink batch (never a moment without it), resolv.conf is rewritten in
+// place (processes that bind-mounted it see the new servers), and a new
+// port forwarding empties the forwarded-port sets (a new generation, as a
+// failover does: the old lease opens nothing any more). The namespace
+// stays on its active server, which next's pool must hold (Compare). A
+// config that differs in any other part changes nothing
+// (*RestartNeeded). Each outcome is recorded in the state file
+// (State.Reload) for `up` to read. It returns the parts it changed; the
+// daemon applies its own (metrics, health, pool, port forwarding) after.
 func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) (changed []string, err error) {
 	res := &ReloadResult{At: time.Now().UTC()}
 	defer func() {
@@ -34,41 +38,42 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 			inst.state = st
 		}
 	}()
-	nd := Digests(next)
-	res.Digest = Digest(nd)
-	if next.Name != inst.Spec.Name {
-		return nil, &RestartNeeded{Name: inst.Spec.Name, Parts: []string{"name"}}
+	res.Digest = Digest(Digests(next))
+	twin, live, err := Compare(inst.Spec.Name, Digests(inst.Spec), inst.Spec.ConfigFile(), next)
+	if err != nil {
+		return nil, err
 	}
-	live, restart := Changed(Digests(inst.Spec), nd)
-	if len(restart) > 0 {
-		return nil, &RestartNeeded{Name: inst.Spec.Name, Parts: restart}
-	}
+	res.Digest = Digest(Digests(twin))
 	if len(live) == 0 {
 		return nil, nil
 	}
-	if inst.Spec.Server > 0 && inst.Spec.Server < len(next.Pool) {
-		// The agent runs on a fallback server: the new config's twin of
-		// it is what the namespace must match now.
-		next = next.Pool[inst.Spec.Server]
+	fwd := inst.forwarded
+	if slices.Contains(live, "portForwarding") {
+		// The new forwarding asks for its own lease: never a port of the
+		// old one left open meanwhile.
+		fwd = policy.Forwarded{}
 	}
-	if err := e.apply(ctx, inst.Tunnel, inst.Spec, next, live, inst.forwarded); err != nil {
+	if err := e.apply(ctx, inst.Tunnel, inst.Spec, twin, live, fwd); err != nil {
 		// Put back what was replaced; the kill switch stays either way.
-		if rerr := e.apply(ctx, inst.Tunnel, next, inst.Spec, live, inst.forwarded); rerr != nil {
+		if rerr := e.apply(ctx, inst.Tunnel, twin, inst.Spec, live, inst.forwarded); rerr != nil {
 			err = fmt.Errorf("%w (restoring the running config: %v)", err, rerr)
 		}
 		return nil, fmt.Errorf("reload %s: %w", inst.Spec.Name, err)
 	}
-	inst.Spec = next
+	if slices.Contains(live, "portForwarding") {
+		inst.forwarded = fwd
+		inst.forwardGen++
+	}
+	inst.Spec = twin
 	inst.applied = nil // the device's new configuration is the reference for drift now
 	res.Changed = live
-	e.log().Info("namespace reloaded", "namespace", next.Name, "changed", live)
+	e.log().Info("namespace reloaded", "namespace", twin.Name, "changed", live)
 	return live, nil
 }
 
 // apply changes the live parts from cur to next, on the running tunnel
 // t. What can fail without a change (resolving endpoint names) is done
-// first, by the tunnel. The forwarded-port sets keep fwd (port
-// forwarding cannot change live).
+// first, by the tunnel. The forwarded-port sets get fwd.
 func (e *Engine) apply(ctx context.Context, t wireguard.Tunnel, cur, next *config.Spec, parts []string, fwd policy.Forwarded) error {
 	sys := e.sys()
 	has := func(p ...string) bool {
@@ -79,7 +84,7 @@ func (e *Engine) apply(ctx context.Context, t wireguard.Tunnel, cur, next *confi
 			return err
 		}
 	}
-	if has("dns", "openPorts") {
+	if has("dns", "openPorts", "portForwarding") {
 		if err := applyPolicy(sys.fw, next, fwd, false); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -146,5 +147,81 @@ func TestDigests(t *testing.T) {
 	}
 	if len(Digests(a)) != len(LiveParts)+len(RestartParts) {
 		t.Errorf("%d digests, want one per part", len(Digests(a)))
+	}
+}
+
+// Issue 21.1: every field of the resolved Spec belongs to exactly one
+// part (SpecParts), and changing it changes that part's digest and no
+// other; a new field without a part, or without a case here, fails.
+func TestSpecPartsCoverSpec(t *testing.T) {
+	other := testSpec(false)
+	other.Peers[0].Endpoint = "198.51.100.2:51820"
+	mutate := map[string]func(s *config.Spec){
+		"Name":             func(s *config.Spec) { s.Name = "other" },
+		"Backend":          func(s *config.Spec) { s.Backend = config.BackendUserspace },
+		"Interface":        func(s *config.Spec) { s.Interface = "wg-other" },
+		"PrivateKey":       func(s *config.Spec) { s.PrivateKey = [32]byte{9} },
+		"Addresses":        func(s *config.Spec) { s.Addresses = []netip.Prefix{pfx("10.2.0.9/32")} },
+		"MTU":              func(s *config.Spec) { s.MTU = 1280 },
+		"ListenPort":       func(s *config.Spec) { s.ListenPort = 51999 },
+		"FwMark":           func(s *config.Spec) { s.FwMark = 7 },
+		"Peers":            func(s *config.Spec) { s.Peers[0].Keepalive = 25 * time.Second },
+		"EndpointResolver": func(s *config.Spec) { s.EndpointResolver = netip.MustParseAddrPort("192.0.2.53:53") },
+		"IPv6":             func(s *config.Spec) { s.IPv6 = true },
+		"DNSMode":          func(s *config.Spec) { s.DNSMode = config.DNSTunnel },
+		"DNS":              func(s *config.Spec) { s.DNS = []netip.Addr{netip.MustParseAddr("10.2.0.53")} },
+		"DNSSearch":        func(s *config.Spec) { s.DNSSearch = []string{"example.org"} },
+		"OpenTCP":          func(s *config.Spec) { s.OpenTCP = nil },
+		"OpenUDP":          func(s *config.Spec) { s.OpenUDP = []uint16{6881} },
+		"HostLink":         func(s *config.Spec) { s.HostLink = nil },
+		"Probe": func(s *config.Spec) {
+			s.Probe = &config.ProbeSpec{Target: netip.MustParseAddrPort("10.2.0.1:53"), Interval: time.Second, Failures: 1}
+		},
+		"Metrics":       func(s *config.Spec) { s.Metrics = &config.Listen{Network: "tcp", Address: "127.0.0.1:9586"} },
+		"PortForward":   func(s *config.Spec) { s.PortForward = &config.PortForwardSpec{Style: config.PortForwardProton} },
+		"PacketBuffers": func(s *config.Spec) { s.PacketBuffers = 128 },
+		"Warnings":      func(s *config.Spec) { s.Warnings = []string{"PostUp ignored"} },
+		"KeysLoaded":    func(s *config.Spec) { s.KeysLoaded = !s.KeysLoaded },
+		"Pool":          func(s *config.Spec) { s.Pool = []*config.Spec{s, other} },
+		"Server":        func(s *config.Spec) { s.Server = 1 },
+	}
+	parts := append(slices.Clone(LiveParts), RestartParts...)
+	covered := map[string]bool{}
+	st := reflect.TypeFor[config.Spec]()
+	for i := range st.NumField() {
+		name := st.Field(i).Name
+		part, ok := SpecParts[name]
+		if !ok {
+			t.Errorf("config.Spec.%s has no part in SpecParts: a reload would neither apply nor refuse it", name)
+			continue
+		}
+		if part != "" && !slices.Contains(parts, part) {
+			t.Errorf("config.Spec.%s: part %q is neither live nor a restart part", name, part)
+		}
+		covered[part] = true
+		if !st.Field(i).IsExported() {
+			continue // fromFile: TestReloadPool (agent/cli) changes the server's file
+		}
+		m, ok := mutate[name]
+		if !ok {
+			t.Errorf("config.Spec.%s: no case here", name)
+			continue
+		}
+		s := testSpec(true)
+		before := Digests(s)
+		m(s)
+		live, restart := Changed(before, Digests(s))
+		got := append(live, restart...)
+		if want := []string{part}; (part == "" && len(got) != 0) || (part != "" && !slices.Equal(got, want)) {
+			t.Errorf("changing config.Spec.%s changed parts %q, want %q", name, got, part)
+		}
+	}
+	for _, p := range parts {
+		if !covered[p] {
+			t.Errorf("part %s covers no field of config.Spec", p)
+		}
+	}
+	if len(SpecParts) != st.NumField() {
+		t.Errorf("SpecParts has %d entries, config.Spec %d fields", len(SpecParts), st.NumField())
 	}
 }

@@ -99,6 +99,12 @@ func (j *Judge) Reset() {
 	*j = Judge{Silence: s, Failures: f}
 }
 
+// SetProbe takes a new probe (failures 0: none): the old probe's results
+// are forgotten, what the peer's counters showed is kept.
+func (j *Judge) SetProbe(failures int) {
+	j.Failures, j.probeFail, j.probeOK, j.lastProbe = failures, 0, false, ""
+}
+
 func (j *Judge) silence() time.Duration {
 	if j.Silence > 0 {
 		return j.Silence

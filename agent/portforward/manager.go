@@ -72,6 +72,9 @@ type Options struct {
 	// Backoff is the first retry delay after a failure, doubled up to 30
 	// times it (default 1 s: retries after 1, 2, 4, 8, 16, 30, 30 ... s).
 	Backoff time.Duration
+	// Gen is the generation of the kill switch's forwarded-port sets the
+	// manager starts in (one started by a reload comes after others).
+	Gen uint64
 }
 
 // Bounds on every call the manager makes.
@@ -146,7 +149,7 @@ func (m *Manager) Run(ctx context.Context) {
 	defer func() { <-pushDone }()
 	defer close(quit)
 
-	spec, gen := m.o.Spec, uint64(0)
+	spec, gen := m.o.Spec, m.o.Gen
 	cur := &lease{}
 	m.update(func(s *Status) {
 		*s = Status{State: StateRequesting, Gateway: spec.Gateway.String(), Protocols: spec.Protocols}
