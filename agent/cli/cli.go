@@ -1,8 +1,8 @@
 // Package cli implements vpn-agent's subcommands. Exit codes (README's
 // table): 0 success (status: healthy), 1 runtime failure (status:
 // degraded), 2 bad input or usage, including what only the host reveals
-// at up (preflight), a namespace that is not up, and status without root:
-// nothing was changed.
+// at up (preflight), a namespace that is not up, and up, run, down, exec
+// or status without root (needRoot): nothing was changed.
 package cli
 
 import (
@@ -71,8 +71,8 @@ func usage() string {
 	b.WriteString("\nvpn-agent COMMAND --help shows a command's flags. Exit codes: 0 ok (status:\n" +
 		"healthy), 1 degraded or a runtime failure, 2 bad input, also found only at up\n" +
 		"(unresolvable endpoint, interface name or listen port taken, no kernel module),\n" +
-		"a namespace that is not up, or status without root: nothing was changed. exec\n" +
-		"passes the command's exit status through.\n")
+		"a namespace that is not up, or up, run, down, exec or status without root:\n" +
+		"nothing was changed. exec passes the command's exit status through.\n")
 	return b.String()
 }
 
@@ -174,6 +174,18 @@ func newLogger(level, format string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// needRoot is the root check of a command that reads or changes
+// namespaces: run without root it prints one line saying why the command
+// needs root and returns ExitBadInput, before anything is touched; as
+// root it returns -1 (go on).
+func needRoot(cmd, why string) int {
+	if os.Geteuid() == 0 {
+		return -1
+	}
+	fmt.Fprintf(os.Stderr, "vpn-agent: %s needs root: %s (run it with sudo)\n", cmd, why)
+	return ExitBadInput
 }
 
 // fail prints err as one line and returns the matching exit code.

@@ -30,6 +30,9 @@ func cmdRun(args []string, out io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
+	if rc := needRoot("run", "it creates the namespace, the tunnel and the kill switch"); rc >= 0 {
+		return rc
+	}
 	log, s, eng, abs, err := prepare(*cfg, *level, *format, *adopt)
 	if err != nil {
 		return fail(err)
@@ -48,6 +51,9 @@ func cmdUp(args []string, out io.Writer) int {
 	waitHS := fs.Bool("wait-handshake", false, "return only once the first WireGuard handshake completed; exit 1 if none within --timeout")
 	adopt := fs.Bool("adopt", false, adoptHelp)
 	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	if rc := needRoot("up", "it creates the namespace, the tunnel and the kill switch"); rc >= 0 {
 		return rc
 	}
 	start := time.Now()
@@ -126,6 +132,9 @@ func cmdDown(args []string, out io.Writer) int {
 	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for a running agent to stop")
 	force := fs.Bool("force", false, "a namespace that is not up is not an error (nothing to remove, exit 0)")
 	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	if rc := needRoot("down", "it removes the namespace, the tunnel and the kill switch"); rc >= 0 {
 		return rc
 	}
 	name, err := nameArg(fs)
