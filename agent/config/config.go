@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 )
 
@@ -307,16 +308,35 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fieldErr("config", "a config is a few KiB; check the path", "file is larger than %d bytes", maxFileSize)
 	}
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var c Config
-	if err := dec.Decode(&c); err != nil {
-		return nil, jsonErr(err)
+	// First the syntax and the exact field names (checkKeys), then the
+	// values into the Config.
+	var tree any
+	if err := decodeOne(data, &tree, false); err != nil {
+		return nil, err
 	}
-	if dec.More() {
-		return nil, fieldErr("config", "the file must hold exactly one JSON object", "trailing data after the JSON object")
+	if err := checkKeys(tree, reflect.TypeFor[Config](), ""); err != nil {
+		return nil, err
+	}
+	var c Config
+	if err := decodeOne(data, &c, true); err != nil {
+		return nil, err
 	}
 	return &c, nil
+}
+
+// decodeOne decodes the one JSON value in data into v.
+func decodeOne(data []byte, v any, strict bool) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return jsonErr(err)
+	}
+	if dec.More() {
+		return fieldErr("config", "the file must hold exactly one JSON object", "trailing data after the JSON object")
+	}
+	return nil
 }
 
 func jsonErr(err error) error {

@@ -8,9 +8,11 @@
 // # Files
 //
 // A config is one JSON object. Loading is strict: unknown fields are
-// errors, and every error is one line naming the field (or the wg-quick
-// file and its line) and the fix, with exit code 2 and no change to the
-// system. `vpn-agent validate --config FILE` checks a config and changes
+// errors, and field names are matched exactly, case included
+// (`"wireGuard"` is refused: `unknown field "wireGuard" (did you mean
+// "wireguard"?)`); every error is one line naming the field (or the
+// wg-quick file and its line) and the fix, with exit code 2 and no change
+// to the system. `vpn-agent validate --config FILE` checks a config and changes
 // nothing.
 //
 // The agent runs as root and reads only files root controls: the config

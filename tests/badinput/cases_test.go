@@ -190,6 +190,19 @@ var jsonCases = []jsonCase{
 	{"onChange relative", "portForwarding.onChange[0]", func(m map[string]any, _ string, _ keys) {
 		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "onChange": []any{"port-changed.sh"}}
 	}},
+	// Issue 21.5: field names are exact (encoding/json alone folds case).
+	{"field name in another case", `wireGuard: unknown field "wireGuard" (did you mean "wireguard"?)`, func(m map[string]any, _ string, _ keys) {
+		m["wireGuard"] = m["wireguard"]
+		delete(m, "wireguard")
+	}},
+	{"nested field name in another case", `wireguard.configfile: unknown field "configfile" (did you mean "configFile"?)`, func(m map[string]any, _ string, _ keys) {
+		w := m["wireguard"].(map[string]any)
+		w["configfile"] = w["configFile"]
+		delete(w, "configFile")
+	}},
+	{"field name in capitals", `DNS: unknown field "DNS" (did you mean "dns"?)`, func(m map[string]any, _ string, _ keys) {
+		m["DNS"] = map[string]any{"mode": "strict"}
+	}},
 }
 
 // TestBadInput runs every case through validate, up and run.
