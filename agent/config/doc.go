@@ -10,8 +10,9 @@
 // A config is one JSON object. Loading is strict: unknown fields are
 // errors, and field names are matched exactly, case included
 // (`"wireGuard"` is refused: `unknown field "wireGuard" (did you mean
-// "wireguard"?)`); every error is one line naming the field (or the
-// wg-quick file and its line) and the fix, with exit code 2 and no change
+// "wireguard"?)`), and a JSON syntax error names its line and column;
+// every error is one line naming the field (or the wg-quick file and its
+// line) and the fix, with exit code 2 and no change
 // to the system. `vpn-agent validate --config FILE` checks a config and changes
 // nothing.
 //

@@ -80,3 +80,18 @@ func nest(path, key string) []byte {
 }
 
 var listField = map[string]bool{"peers": true, "openPorts": true, "portMappings": true, "servers": true}
+
+// Issue 21.7a: a JSON syntax error names its line and column.
+func TestJSONSyntaxErrorLineColumn(t *testing.T) {
+	for in, want := range map[string]string{
+		"{\n  \"name\": \"a\",\n  \"wireguard\": {,\n}":      "line 3, column 17",
+		"{\n  \"name\": \"ä\"\n  \"x\": 1}":                  "line 3, column 3",
+		"{\n  \"name\": \"a\",\n  \"wireguard\": {\"configF": "line 3, column 25",
+		"\xef\xbb\xbf{\"name\": x}":                          "line 1, column 10",
+	} {
+		_, err := Parse([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "byte") {
+			t.Errorf("Parse(%q) = %v, want an error at %q", in, err, want)
+		}
+	}
+}

@@ -205,6 +205,20 @@ var jsonCases = []jsonCase{
 	}},
 }
 
+// textCase edits the config's JSON text, for what a map cannot hold.
+type textCase struct {
+	name, field string
+	edit        func(string) string
+}
+
+var textCases = []textCase{
+	// Issue 21.7a: syntax errors by line and column, not byte offset.
+	{"json syntax error", "invalid JSON at line 3, column 3", func(s string) string {
+		return strings.Replace(s, ",", ",\n\n  ,", 1) // a stray comma on line 3
+	}},
+	{"json cut short", "the file ends inside a value at line 1, column", func(s string) string { return s[:len(s)-2] }},
+}
+
 // TestBadInput runs every case through validate, up and run.
 func TestBadInput(t *testing.T) {
 	host := hostNS(t)
@@ -234,7 +248,7 @@ func TestBadInput(t *testing.T) {
 	// run writes a wg-quick file (wgQuick of fresh keys, as edited by wgEdit,
 	// with mode) and a config naming it (as edited by cfgEdit) and checks
 	// that every command refuses it naming field.
-	run := func(t *testing.T, field string, wgEdit func(keys, string) string, mode os.FileMode, cfgEdit func(map[string]any, string, keys)) {
+	run := func(t *testing.T, field string, wgEdit func(keys, string) string, mode os.FileMode, cfgEdit func(map[string]any, string, keys), textEdit ...func(string) string) {
 		dir := t.TempDir()
 		k := newKeys(t)
 		name := "bi" + randHex(4)
@@ -243,8 +257,12 @@ func TestBadInput(t *testing.T) {
 		m := map[string]any{"name": name, "wireguard": map[string]any{"configFile": wg}}
 		cfgEdit(m, dir, k)
 		b, _ := json.Marshal(m)
+		text := string(b)
+		for _, e := range textEdit {
+			text = e(text)
+		}
 		cfg := filepath.Join(dir, "c.json")
-		write(t, cfg, string(b), 0o644)
+		write(t, cfg, text, 0o644)
 		n, _ := m["name"].(string)
 		if n == "" || strings.ContainsAny(n, "/.") {
 			n = name
@@ -259,6 +277,10 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range jsonCases {
 		total++
 		t.Run("config/"+tc.name, func(t *testing.T) { run(t, tc.field, asIs, 0o600, tc.edit) })
+	}
+	for _, tc := range textCases {
+		total++
+		t.Run("config text/"+tc.name, func(t *testing.T) { run(t, tc.field, asIs, 0o600, noEdit, tc.edit) })
 	}
 	t.Logf("bad input: %d malformed configs and wg-quick files, each through validate, up and run", total)
 	if total < 40 {
