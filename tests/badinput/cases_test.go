@@ -44,7 +44,7 @@ var wgQuickCases = []fileCase{
 	{"ipv6 endpoint without brackets", "needs brackets", 0o600, rep("192.0.2.1:51820", "2001:db8::1:51820")},
 	{"endpoint without port", "no port", 0o600, rep("192.0.2.1:51820", "192.0.2.1")},
 	{"endpoint bad port", "out of range", 0o600, rep(":51820", ":99999")},
-	{"allowed ips miss default route", "allowedIPs", 0o600, rep("AllowedIPs = 0.0.0.0/0", "AllowedIPs = 10.0.0.0/8")},
+	{"allowed ips miss default route", "wg.conf line 9: AllowedIPs: the peers' allowedIPs do not cover the IPv4 default route", 0o600, rep("AllowedIPs = 0.0.0.0/0", "AllowedIPs = 10.0.0.0/8")},
 	{"bad allowed ip", "AllowedIPs", 0o600, rep("0.0.0.0/0", "0.0.0.0/99")},
 	{"bad address", "Address", 0o600, rep("10.2.0.2/32", "10.2.0.2/40")},
 	{"missing address", "Address: missing", 0o600, rep("Address = 10.2.0.2/32\n", "")},
