@@ -6,6 +6,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -77,15 +78,43 @@ func usage() string {
 }
 
 // Version is set at build time with -ldflags "-X ...cli.Version=..."; a
-// `go install module@version` build takes the module's version.
+// `go install module@version` build, or one of a clean checkout of a
+// release tag, takes the module's version, and any other build of a
+// checkout the commit Go embeds: dev-<12 hex>, with -dirty when the tree
+// had changes.
 var Version = "dev"
 
 func version() string {
-	v := Version
-	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(Version, bi) + buildNote
+}
+
+// versionOf is the version given at build time (v), else the one bi
+// (nil: none) records.
+func versionOf(v string, bi *debug.BuildInfo) string {
+	if v != "dev" || bi == nil {
+		return v
 	}
-	return v + buildNote
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 12:
+			rev = s.Value[:12]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	mv := bi.Main.Version
+	if mv == "(devel)" {
+		mv = ""
+	}
+	// Go (1.24+) derives the module's version from the checkout too: a
+	// pseudo-version naming the commit, or a tag with +dirty. Only a
+	// clean tag is a release.
+	if rev != "" && (mv == "" || strings.Contains(mv, rev) || strings.HasSuffix(mv, "+dirty")) {
+		return v + "-" + rev + dirty
+	}
+	return cmp.Or(mv, v)
 }
 
 func cmdVersion(args []string, out io.Writer) int {
