@@ -48,7 +48,7 @@ func cmdUp(args []string, out io.Writer) int {
 	fs, level, format := flags("up")
 	cfg := fs.String("config", "", "config file (JSON)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a detached userspace agent to become ready (and, with --wait-handshake, for the first handshake)")
-	waitHS := fs.Bool("wait-handshake", false, "return only once the first WireGuard handshake completed; exit 1 if none within --timeout")
+	waitHS := fs.Bool("wait-handshake", false, "return only once the first WireGuard handshake completed; if none within --timeout, exit 1, and a namespace this up brought up is taken down again (one that was up already stays as it was)")
 	adopt := fs.Bool("adopt", false, adoptHelp)
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
@@ -77,7 +77,7 @@ func cmdUp(args []string, out io.Writer) int {
 			if rc := upRunning(out, s, abs, pid, *timeout); rc != ExitOK {
 				return rc
 			}
-			return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+			return handshakeResult(out, "", *waitHS, s, *timeout-time.Since(start), nil)
 		} else if err == nil {
 			l.Release(true)
 		}
@@ -91,13 +91,13 @@ func cmdUp(args []string, out io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(out, "namespace %s up (userspace backend, agent pid %d; stop it with vpn-agent down %s)\n", s.Name, pid, s.Name)
-		return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+		upMsg := fmt.Sprintf("namespace %s up (userspace backend, agent pid %d; stop it with vpn-agent down %s)", s.Name, pid, s.Name)
+		return handshakeResult(out, upMsg, *waitHS, s, *timeout-time.Since(start), takeDown(s.Name))
 	}
 	// Up converges a namespace that is up already, applying a new
 	// config's live parts; one that differs in any other part is refused
 	// before anything changes.
-	_, live, _, err := runningDiff(s)
+	_, live, wasUp, err := runningDiff(s)
 	if err != nil {
 		return fail(err)
 	}
@@ -110,21 +110,45 @@ func cmdUp(args []string, out io.Writer) int {
 		fmt.Fprintf(out, "namespace %s reloaded (changed: %s)\n", s.Name, strings.Join(live, ", "))
 		return ExitOK
 	}
-	fmt.Fprintf(out, "namespace %s up (%s backend)\n", s.Name, inst.Backend)
-	return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+	var undo func() error
+	if !wasUp {
+		undo = takeDown(s.Name)
+	}
+	return handshakeResult(out, fmt.Sprintf("namespace %s up (%s backend)", s.Name, inst.Backend), *waitHS, s, *timeout-time.Since(start), undo)
 }
 
-// handshakeResult is up's exit status: with --wait-handshake, 1 (one
-// line) when no handshake completed in the time left; the namespace stays
-// up and closed either way.
-func handshakeResult(wait bool, s *config.Spec, left time.Duration) int {
-	if !wait {
-		return ExitOK
+// handshakeResult is up's exit status once the namespace is up, printing
+// upMsg (if any) when it succeeds: with --wait-handshake, 1 (one line)
+// when no handshake completed in the time left. Then undo, given when
+// this up brought the namespace up, takes it down again, so that a failed
+// up leaves nothing; a namespace that was up before stays up and closed.
+func handshakeResult(out io.Writer, upMsg string, wait bool, s *config.Spec, left time.Duration, undo func() error) int {
+	if wait {
+		if err := waitHandshake(s, max(left, time.Second)); err != nil {
+			switch {
+			case undo == nil:
+				err = fmt.Errorf("%w; it stays up as it was before this up (closed until vpn-agent down %s)", err, s.Name)
+			case undo() != nil:
+				err = fmt.Errorf("%w; taking it down again failed too: run vpn-agent down %s", err, s.Name)
+			default:
+				err = fmt.Errorf("%w; this up brought it up and took it down again: nothing is left", err)
+			}
+			return fail(err)
+		}
 	}
-	if err := waitHandshake(s, max(left, time.Second)); err != nil {
-		return fail(err)
+	if upMsg != "" {
+		fmt.Fprintln(out, upMsg)
 	}
 	return ExitOK
+}
+
+// takeDown is down of namespace name as up's undo, quietly (up prints
+// one line).
+func takeDown(name string) func() error {
+	return func() error {
+		_, err := newEngine(slog.New(slog.DiscardHandler)).Down(name, 15*time.Second, false)
+		return err
+	}
 }
 
 func cmdDown(args []string, out io.Writer) int {
