@@ -172,12 +172,24 @@ func cmdDown(args []string, out io.Writer) int {
 	if len(res.Left) > 0 {
 		fmt.Fprintf(os.Stderr, "vpn-agent: warning: left %s alone: not created by vpn-agent\n", strings.Join(res.Left, ", "))
 	}
+	if n := len(res.Stranded); n > 0 {
+		pids := strings.Trim(fmt.Sprint(res.Stranded), "[]")
+		fmt.Fprintf(os.Stderr, "vpn-agent: warning: %s %s still in namespace %s: %s on with no network (only loopback); stop %s\n",
+			plural(n, "pid", "pids"), pids, name, plural(n, "it runs", "they run"), plural(n, "it", "them"))
+	}
 	if res.NotUp {
 		fmt.Fprintf(out, "namespace %s is not up: nothing to remove\n", name)
 		return ExitOK
 	}
 	fmt.Fprintf(out, "namespace %s down\n", name)
 	return ExitOK
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 const adoptHelp = "take over a namespace, or host links named after it, that vpn-agent did not create (their routes, addresses and firewall are replaced)"
