@@ -49,6 +49,14 @@
 // so names are resolved only through the tunnel. CMD's exit status is exec's (127: not found,
 // 126: not executable).
 //
+// The namespace lets every group open unprivileged ICMP echo sockets
+// (net.ipv4.ping_group_range "0 2147483647", which a new namespace does
+// not inherit from the host), so ping works without a capability, through
+// the tunnel only. A ping that carries a file capability (Debian's
+// iputils-ping has cap_net_raw=ep) cannot be executed under --user at all
+// (126: the kernel refuses a program whose file capabilities the empty
+// bounding set cannot grant); a copy without it works.
+//
 // Without --user, CMD runs as the caller: called as root, that is root with
 // every capability, which can enter another network namespace (setns) and
 // is no confinement for untrusted code. With --user, CMD runs as that user
