@@ -212,6 +212,7 @@ func TestDownNamesProcessesLeft(t *testing.T) {
 			warnings = append(warnings, l)
 		}
 	}
+	t.Logf("down with a process left: exit %d, stdout %q, stderr:\n%s", o.ExitCode(), o.Stdout, o.Stderr)
 	if len(warnings) != 1 || warnings[0] != want {
 		t.Errorf("down's stderr:\n%s\nwant the one line:\n%s", o.Stderr, want)
 	}

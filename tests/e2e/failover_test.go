@@ -430,6 +430,7 @@ func TestUpWaitHandshake(t *testing.T) {
 			t.Fatalf("up --wait-handshake with the server unreachable: exit %d, want 1:\n%s", o.ExitCode(), o)
 		}
 		oneLineError(t, o, "no handshake")
+		t.Logf("up --wait-handshake, server unreachable: exit %d: %s", o.ExitCode(), strings.TrimSpace(o.Stderr))
 		if !strings.Contains(o.Stderr, "took it down again: nothing is left") || o.Stdout != "" {
 			t.Errorf("the failed up does not say that it took the namespace down (or claims it up):\n%s", o)
 		}
@@ -462,6 +463,7 @@ func TestUpWaitHandshake(t *testing.T) {
 			t.Fatalf("up --wait-handshake over a namespace that is up, server unreachable: exit %d, want 1:\n%s", o.ExitCode(), o)
 		}
 		oneLineError(t, o, "stays up as it was before this up")
+		t.Logf("up --wait-handshake over a namespace that is up, server unreachable: exit %d: %s", o.ExitCode(), strings.TrimSpace(o.Stderr))
 		// Up but closed: the namespace and its kill switch are there.
 		if !harness.Mounted(c.name) || !okIn(c.name, "nft", "list", "table", "inet", names.Table) {
 			t.Errorf("after a failed wait the namespace or its kill switch is missing")

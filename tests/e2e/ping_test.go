@@ -33,6 +33,7 @@ func TestExecUserPing(t *testing.T) {
 	ping := capFreePing(t)
 	run := func(dst string) (int, string) {
 		o := c.ag.Cmd("exec", "--user", "nobody", c.name, "--", ping, "-c1", "-W2", dst)
+		t.Logf("exec --user nobody %s -- ping -c1 -W2 %s: exit %d\n%s", c.name, dst, o.ExitCode(), o.Stdout+o.Stderr)
 		return o.ExitCode(), o.Stdout + o.Stderr
 	}
 	// Through the tunnel: the provider's tunnel address answers.
