@@ -1,11 +1,12 @@
 // Package cli implements vpn-agent's subcommands. Exit codes (README's
 // table): 0 success (status: healthy), 1 runtime failure (status:
 // degraded), 2 bad input or usage, including what only the host reveals
-// at up (preflight), a namespace that is not up, and status without root:
-// nothing was changed.
+// at up (preflight), a namespace that is not up, and up, run, down, exec
+// or status without root (needRoot): nothing was changed.
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -71,21 +72,49 @@ func usage() string {
 	b.WriteString("\nvpn-agent COMMAND --help shows a command's flags. Exit codes: 0 ok (status:\n" +
 		"healthy), 1 degraded or a runtime failure, 2 bad input, also found only at up\n" +
 		"(unresolvable endpoint, interface name or listen port taken, no kernel module),\n" +
-		"a namespace that is not up, or status without root: nothing was changed. exec\n" +
-		"passes the command's exit status through.\n")
+		"a namespace that is not up, or up, run, down, exec or status without root:\n" +
+		"nothing was changed. exec passes the command's exit status through.\n")
 	return b.String()
 }
 
 // Version is set at build time with -ldflags "-X ...cli.Version=..."; a
-// `go install module@version` build takes the module's version.
+// `go install module@version` build, or one of a clean checkout of a
+// release tag, takes the module's version, and any other build of a
+// checkout the commit Go embeds: dev-<12 hex>, with -dirty when the tree
+// had changes.
 var Version = "dev"
 
 func version() string {
-	v := Version
-	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(Version, bi) + buildNote
+}
+
+// versionOf is the version given at build time (v), else the one bi
+// (nil: none) records.
+func versionOf(v string, bi *debug.BuildInfo) string {
+	if v != "dev" || bi == nil {
+		return v
 	}
-	return v + buildNote
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 12:
+			rev = s.Value[:12]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	mv := bi.Main.Version
+	if mv == "(devel)" {
+		mv = ""
+	}
+	// Go (1.24+) derives the module's version from the checkout too: a
+	// pseudo-version naming the commit, or a tag with +dirty. Only a
+	// clean tag is a release.
+	if rev != "" && (mv == "" || strings.Contains(mv, rev) || strings.HasSuffix(mv, "+dirty")) {
+		return v + "-" + rev + dirty
+	}
+	return cmp.Or(mv, v)
 }
 
 func cmdVersion(args []string, out io.Writer) int {
@@ -176,6 +205,18 @@ func newLogger(level, format string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// needRoot is the root check of a command that reads or changes
+// namespaces: run without root it prints one line saying why the command
+// needs root and returns ExitBadInput, before anything is touched; as
+// root it returns -1 (go on).
+func needRoot(cmd, why string) int {
+	if os.Geteuid() == 0 {
+		return -1
+	}
+	fmt.Fprintf(os.Stderr, "vpn-agent: %s needs root: %s (run it with sudo)\n", cmd, why)
+	return ExitBadInput
 }
 
 // fail prints err as one line and returns the matching exit code.

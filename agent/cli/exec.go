@@ -44,6 +44,9 @@ func cmdExec(args []string, out io.Writer) int {
 	if rc := parse(fs, args[:i]); rc >= 0 {
 		return rc
 	}
+	if rc := needRoot("exec", "it enters the namespace"); rc >= 0 {
+		return rc
+	}
 	cmd := args[i+1:]
 	if fs.NArg() != 1 || len(cmd) == 0 {
 		return fail(&config.FieldError{Field: "exec", Msg: "expected NAME -- CMD [ARG...]", Fix: "e.g. vpn-agent exec proton -- curl https://example.com"})

@@ -32,9 +32,8 @@ func cmdStatus(args []string, out io.Writer) int {
 	}
 	// Without root, the namespace, the tunnel and the kill switch cannot be
 	// read: a report would say they are missing (a false alarm).
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "vpn-agent: status needs root: it reads the namespace, the tunnel and the kill switch (run it with sudo)")
-		return ExitBadInput
+	if rc := needRoot("status", "it reads the namespace, the tunnel and the kill switch"); rc >= 0 {
+		return rc
 	}
 	names := fs.Args()
 	if len(names) == 0 {

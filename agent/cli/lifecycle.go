@@ -30,6 +30,9 @@ func cmdRun(args []string, out io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
+	if rc := needRoot("run", "it creates the namespace, the tunnel and the kill switch"); rc >= 0 {
+		return rc
+	}
 	log, s, eng, abs, err := prepare(*cfg, *level, *format, *adopt)
 	if err != nil {
 		return fail(err)
@@ -45,9 +48,12 @@ func cmdUp(args []string, out io.Writer) int {
 	fs, level, format := flags("up")
 	cfg := fs.String("config", "", "config file (JSON)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a detached userspace agent to become ready (and, with --wait-handshake, for the first handshake)")
-	waitHS := fs.Bool("wait-handshake", false, "return only once the first WireGuard handshake completed; exit 1 if none within --timeout")
+	waitHS := fs.Bool("wait-handshake", false, "return only once the first WireGuard handshake completed; if none within --timeout, exit 1, and a namespace this up brought up is taken down again (one that was up already stays as it was)")
 	adopt := fs.Bool("adopt", false, adoptHelp)
 	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	if rc := needRoot("up", "it creates the namespace, the tunnel and the kill switch"); rc >= 0 {
 		return rc
 	}
 	start := time.Now()
@@ -75,7 +81,7 @@ func cmdUp(args []string, out io.Writer) int {
 		if rc := upRunning(out, s, abs, pid, *timeout); rc != ExitOK {
 			return rc
 		}
-		return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+		return handshakeResult(out, "", *waitHS, s, *timeout-time.Since(start), nil)
 	} else if err == nil {
 		l.Release(true)
 	}
@@ -83,7 +89,8 @@ func cmdUp(args []string, out io.Writer) int {
 		// A kernel namespace `up` left without an agent takes a new
 		// config's live parts from the agent's own bring-up; one that
 		// differs in any other part is refused before anything changes.
-		if _, _, _, _, err := runningDiff(s); err != nil {
+		_, _, _, wasUp, err := runningDiff(s)
+		if err != nil {
 			return fail(err)
 		}
 		// Refuse here, in one line, what the detached agent would refuse.
@@ -94,13 +101,13 @@ func cmdUp(args []string, out io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(out, "namespace %s up (%s backend, agent pid %d; stop it with vpn-agent down %s)\n", s.Name, backend, pid, s.Name)
-		return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+		upMsg := fmt.Sprintf("namespace %s up (%s backend, agent pid %d; stop it with vpn-agent down %s)", s.Name, backend, pid, s.Name)
+		return handshakeResult(out, upMsg, *waitHS, s, *timeout-time.Since(start), undoUnless(wasUp, s.Name))
 	}
 	// Up converges a namespace that is up already, applying a new
 	// config's live parts; one that differs in any other part is refused
 	// before anything changes.
-	_, live, _, _, err := runningDiff(s)
+	_, live, _, wasUp, err := runningDiff(s)
 	if err != nil {
 		return fail(err)
 	}
@@ -113,8 +120,7 @@ func cmdUp(args []string, out io.Writer) int {
 		fmt.Fprintf(out, "namespace %s reloaded (changed: %s)\n", s.Name, strings.Join(live, ", "))
 		return ExitOK
 	}
-	fmt.Fprintf(out, "namespace %s up (%s backend)\n", s.Name, inst.Backend)
-	return handshakeResult(*waitHS, s, *timeout-time.Since(start))
+	return handshakeResult(out, fmt.Sprintf("namespace %s up (%s backend)", s.Name, inst.Backend), *waitHS, s, *timeout-time.Since(start), undoUnless(wasUp, s.Name))
 }
 
 // agentFields names the fields of s that only a running agent serves:
@@ -146,17 +152,47 @@ func agentPID(name string) int {
 	return 0
 }
 
-// handshakeResult is up's exit status: with --wait-handshake, 1 (one
-// line) when no handshake completed in the time left; the namespace stays
-// up and closed either way.
-func handshakeResult(wait bool, s *config.Spec, left time.Duration) int {
-	if !wait {
-		return ExitOK
+// handshakeResult is up's exit status once the namespace is up, printing
+// upMsg (if any) when it succeeds: with --wait-handshake, 1 (one line)
+// when no handshake completed in the time left. Then undo, given when
+// this up brought the namespace up, takes it down again, so that a failed
+// up leaves nothing; a namespace that was up before stays up and closed.
+func handshakeResult(out io.Writer, upMsg string, wait bool, s *config.Spec, left time.Duration, undo func() error) int {
+	if wait {
+		if err := waitHandshake(s, max(left, time.Second)); err != nil {
+			switch {
+			case undo == nil:
+				err = fmt.Errorf("%w; it stays up as it was before this up (closed until vpn-agent down %s)", err, s.Name)
+			case undo() != nil:
+				err = fmt.Errorf("%w; taking it down again failed too: run vpn-agent down %s", err, s.Name)
+			default:
+				err = fmt.Errorf("%w; this up brought it up and took it down again: nothing is left", err)
+			}
+			return fail(err)
+		}
 	}
-	if err := waitHandshake(s, max(left, time.Second)); err != nil {
-		return fail(err)
+	if upMsg != "" {
+		fmt.Fprintln(out, upMsg)
 	}
 	return ExitOK
+}
+
+// undoUnless is up's undo for a namespace this up brought up: nil when
+// it was up before.
+func undoUnless(wasUp bool, name string) func() error {
+	if wasUp {
+		return nil
+	}
+	return takeDown(name)
+}
+
+// takeDown is down of namespace name as up's undo, quietly (up prints
+// one line).
+func takeDown(name string) func() error {
+	return func() error {
+		_, err := newEngine(slog.New(slog.DiscardHandler)).Down(name, 15*time.Second, false)
+		return err
+	}
 }
 
 func cmdDown(args []string, out io.Writer) int {
@@ -164,6 +200,9 @@ func cmdDown(args []string, out io.Writer) int {
 	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for a running agent to stop")
 	force := fs.Bool("force", false, "a namespace that is not up is not an error (nothing to remove, exit 0)")
 	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	if rc := needRoot("down", "it removes the namespace, the tunnel and the kill switch"); rc >= 0 {
 		return rc
 	}
 	name, err := nameArg(fs)
@@ -177,12 +216,24 @@ func cmdDown(args []string, out io.Writer) int {
 	if len(res.Left) > 0 {
 		fmt.Fprintf(os.Stderr, "vpn-agent: warning: left %s alone: not created by vpn-agent\n", strings.Join(res.Left, ", "))
 	}
+	if n := len(res.Stranded); n > 0 {
+		pids := strings.Trim(fmt.Sprint(res.Stranded), "[]")
+		fmt.Fprintf(os.Stderr, "vpn-agent: warning: %s %s still in namespace %s: %s on with no network (only loopback); stop %s\n",
+			plural(n, "pid", "pids"), pids, name, plural(n, "it runs", "they run"), plural(n, "it", "them"))
+	}
 	if res.NotUp {
 		fmt.Fprintf(out, "namespace %s is not up: nothing to remove\n", name)
 		return ExitOK
 	}
 	fmt.Fprintf(out, "namespace %s down\n", name)
 	return ExitOK
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 const adoptHelp = "take over a namespace, or host links named after it, that vpn-agent did not create (their routes, addresses and firewall are replaced)"

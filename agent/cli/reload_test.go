@@ -176,7 +176,9 @@ func TestReloadClassifiesEveryConfigField(t *testing.T) {
 		"portForwarding.qbittorrent.user": {before: func(c *config.Config) { pf(c).QBittorrent.CredentialsFile, pf(c).QBittorrent.User = f.creds, "root" },
 			after: func(c *config.Config) { pf(c).QBittorrent.User = "nobody" }, live: []string{"portForwarding"}},
 		"portForwarding.onChange": {after: func(c *config.Config) { pf(c).OnChange = []string{"/bin/true"} }, live: []string{"portForwarding"}},
-		"memory.packetBuffers":    {after: func(c *config.Config) { n := 128; c.Memory.PacketBuffers = &n }, refused: []string{"memory"}},
+		"portForwarding.onChangeUser": {before: func(c *config.Config) { pf(c).OnChange = []string{"/bin/true"} },
+			after: func(c *config.Config) { pf(c).OnChangeUser = "nobody" }, live: []string{"portForwarding"}},
+		"memory.packetBuffers": {after: func(c *config.Config) { n := 128; c.Memory.PacketBuffers = &n }, refused: []string{"memory"}},
 	}
 	fields := jsonFields(reflect.TypeFor[config.Config](), "")
 	for _, path := range fields {

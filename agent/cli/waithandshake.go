@@ -34,7 +34,7 @@ func waitHandshake(s *config.Spec, timeout time.Duration) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("namespace %s is up but no handshake with its server %s completed within %v: the server is unreachable or does not accept the key", s.Name, endpoint, timeout)
+			return fmt.Errorf("namespace %s: no handshake with its server %s completed within %v: the server is unreachable or does not accept the key", s.Name, endpoint, timeout.Round(100*time.Millisecond))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
+	"unicode/utf8"
 )
 
 // Config is the on-disk JSON document. Field names are camelCase to match
@@ -303,6 +305,16 @@ func fieldErr(field, fix, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...), Fix: fix}
 }
 
+// lineCol is byte offset off of data as "line L, column C" (both from 1,
+// the column counted in characters), for errors about a JSON document.
+func lineCol(data []byte, off int64) string {
+	off = max(0, min(off, int64(len(data))))
+	before := data[:off]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+	return fmt.Sprintf("line %d, column %d", line, col)
+}
+
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
@@ -328,26 +340,47 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fieldErr("config", "a config is a few KiB; check the path", "file is larger than %d bytes", maxFileSize)
 	}
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var c Config
-	if err := dec.Decode(&c); err != nil {
-		return nil, jsonErr(err)
+	// First the syntax and the exact field names (checkKeys), then the
+	// values into the Config.
+	var tree any
+	if err := decodeOne(data, &tree, false); err != nil {
+		return nil, err
 	}
-	if dec.More() {
-		return nil, fieldErr("config", "the file must hold exactly one JSON object", "trailing data after the JSON object")
+	if err := checkKeys(tree, reflect.TypeFor[Config](), ""); err != nil {
+		return nil, err
+	}
+	var c Config
+	if err := decodeOne(data, &c, true); err != nil {
+		return nil, err
 	}
 	return &c, nil
 }
 
-func jsonErr(err error) error {
+// decodeOne decodes the one JSON value in data into v.
+func decodeOne(data []byte, v any, strict bool) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return jsonErr(err, data)
+	}
+	if dec.More() {
+		return fieldErr("config", "the file must hold exactly one JSON object", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func jsonErr(err error, data []byte) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
 		return fieldErr(te.Field, "use a JSON "+te.Type.String(), "has a %s value", te.Value)
 	case errors.As(err, &se):
-		return fieldErr("config", "fix the JSON syntax", "invalid JSON at byte %d: %v", se.Offset, se)
+		return fieldErr("config", "fix the JSON syntax", "invalid JSON at %s: %v", lineCol(data, se.Offset-1), se)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fieldErr("config", "close every object, array and string", "invalid JSON: the file ends inside a value at %s", lineCol(data, int64(len(data))))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
 		return fieldErr(strings.Trim(name, `"`), "remove it or check its spelling against the documented options", "unknown field")

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -354,10 +357,21 @@ func FuzzConfig(f *testing.F) {
 	f.Add([]byte(`{"name":"proton","wireguard":{"configFile":"/run/secrets/p.conf"}}`))
 	f.Add([]byte(`{"name":"a","wireguard":{"privateKeyFile":"/k","addresses":["10.0.0.2/32"],"peers":[{"publicKey":"x","endpoint":"[::1]:1","allowedIPs":["0.0.0.0/0"]}]},"hostLink":{"enable":true,"hostAddress":"10.9.0.1/30","namespaceAddress":"10.9.0.2/30","accessibleFrom":["192.168.0.0/16"],"portMappings":[{"from":1,"to":2,"protocol":"both"}]}}`))
 	f.Add([]byte(`{"name":"t","wireguard":{"configFile":"/run/secrets/p.conf"},"portForwarding":{"natpmp":{"gateway":"10.2.0.1","style":"rfc","internalPort":6881,"protocol":"tcp","lifetime":"90s"},"transmission":{"url":"http://127.0.0.1:9091/transmission/rpc","credentialsFile":"/run/secrets/tr","user":"debian-transmission"},"qbittorrent":{"url":"http://127.0.0.1:8080"},"onChange":["/bin/true","x"]}}`))
+	// Issue 21.5: names in another case (encoding/json would take them).
+	f.Add([]byte(`{"name":"proton","wireGuard":{"configfile":"/run/secrets/p.conf"},"DNS":{"Mode":"tunnel"}}`))
+	f.Add([]byte(`{"name":"a","wireguard":{"configFile":"/p"},"openPorts":[{"port":1,"Protocol":"tcp"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
+			if strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("multi-line error %q", err)
+			}
 			return
+		}
+		// Whatever was accepted spells each field name exactly as some
+		// json tag of the Config's types does.
+		if bad := inexactKey(t, data); bad != "" {
+			t.Fatalf("accepted the field name %q, which is no field's exact spelling", bad)
 		}
 		s, err := Resolve(c, Options{Static: true})
 		if err != nil {
@@ -370,6 +384,58 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("accepted unsafe names %q/%q", s.Name, s.Interface)
 		}
 	})
+}
+
+// inexactKey returns an object key of JSON data that is not exactly the
+// json name of any field of any type the Config holds ("" if none).
+func inexactKey(t *testing.T, data []byte) string {
+	names := map[string]bool{}
+	seen := map[reflect.Type]bool{}
+	var collect func(reflect.Type)
+	collect = func(rt reflect.Type) {
+		for rt.Kind() == reflect.Pointer || rt.Kind() == reflect.Slice || rt.Kind() == reflect.Map {
+			rt = rt.Elem()
+		}
+		if rt.Kind() != reflect.Struct || seen[rt] {
+			return
+		}
+		seen[rt] = true
+		for i := range rt.NumField() {
+			n, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			names[n] = true
+			collect(rt.Field(i).Type)
+		}
+	}
+	collect(reflect.TypeFor[Config]())
+	dec := json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))))
+	var stack []bool // per open container: is it an object
+	key := true
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		switch tok := tok.(type) {
+		case json.Delim:
+			switch tok {
+			case '{', '[':
+				stack = append(stack, tok == '{')
+				key = tok == '{'
+				continue
+			default:
+				stack = stack[:len(stack)-1]
+			}
+		case string:
+			if len(stack) > 0 && stack[len(stack)-1] && key {
+				if !names[tok] {
+					return tok
+				}
+				key = false
+				continue
+			}
+		}
+		key = len(stack) > 0 && stack[len(stack)-1]
+	}
 }
 
 // A small underlay (the privacy VM test: uplink MTU 1300) needs a

@@ -8,9 +8,12 @@
 // # Files
 //
 // A config is one JSON object. Loading is strict: unknown fields are
-// errors, and every error is one line naming the field (or the wg-quick
-// file and its line) and the fix, with exit code 2 and no change to the
-// system. `vpn-agent validate --config FILE` checks a config and changes
+// errors, and field names are matched exactly, case included
+// (`"wireGuard"` is refused: `unknown field "wireGuard" (did you mean
+// "wireguard"?)`), and a JSON syntax error names its line and column;
+// every error is one line naming the field (or the wg-quick file and its
+// line) and the fix, with exit code 2 and no change
+// to the system. `vpn-agent validate --config FILE` checks a config and changes
 // nothing.
 //
 // The agent runs as root and reads only files root controls: the config
@@ -50,9 +53,10 @@
 // the caller's environment and terminal: called as root, that is root
 // with every capability, which can enter another network namespace
 // (setns) and is no confinement for untrusted code. With --user, CMD runs
-// as that user (and group; the user's supplementary groups), with an
-// empty capability bounding set, no_new_privs (setuid programs grant
-// nothing), and a seccomp filter that allows only IP, unix and netlink
+// as that user (and group; the user's supplementary groups), with no
+// capability, a bounding set of CAP_NET_RAW alone (see ping below),
+// no_new_privs (setuid programs and file capabilities grant nothing), and
+// a seccomp filter that allows only IP, unix and netlink
 // sockets (no AF_PACKET, which would pass the kill switch's DNS rules, no
 // AF_VSOCK) and refuses with EPERM ptrace, process_vm_readv/writev,
 // pidfd_open, pidfd_getfd and kcmp (no reaching into other processes),
@@ -83,6 +87,15 @@
 // may), and a process of the same user outside the namespace can still
 // signal or ptrace CMD: run confined services and commands as a user of
 // their own, one no host process runs as.
+//
+// The namespace lets every group open unprivileged ICMP echo sockets
+// (net.ipv4.ping_group_range "0 2147483647", which a new namespace does
+// not inherit from the host), so ping works without a capability, through
+// the tunnel only. The kernel refuses to execute a program whose file
+// capabilities the bounding set cannot grant (Debian's iputils-ping has
+// cap_net_raw=ep), so --user keeps CAP_NET_RAW, alone, in the bounding
+// set: under no_new_privs the program is granted nothing, and ping falls
+// back to its ICMP echo socket.
 //
 // # Changing a running namespace
 //

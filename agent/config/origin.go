@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
 )
@@ -38,10 +40,25 @@ func (s *Spec) peerErr(i, k int, key, fix, format string, args ...any) error {
 	return fieldErr(fmt.Sprintf("wireguard.peers[%d].%s", i, key), fix, "%s", msg)
 }
 
-// peersErr reports a problem with the peers taken together.
+// peersErr reports a problem with the peers' allowedIPs taken together:
+// from a wg-quick file, at the line (or lines) of its AllowedIPs.
 func (s *Spec) peersErr(fix, msg string) error {
 	if o := s.fromFile; o != nil && o.peers {
-		return fieldErr("wireguard.configFile", fix, "%s: AllowedIPs: %s", o.path, msg)
+		var lines []string
+		for _, p := range o.file.Peers {
+			for _, l := range p.AllowedIPsLines {
+				lines = append(lines, strconv.Itoa(l))
+			}
+		}
+		at := ""
+		switch len(lines) {
+		case 0:
+		case 1:
+			at = " line " + lines[0]
+		default:
+			at = " lines " + strings.Join(lines, ", ")
+		}
+		return fieldErr("wireguard.configFile", fix, "%s%s: AllowedIPs: %s", o.path, at, msg)
 	}
 	return fieldErr("wireguard.peers[].allowedIPs", fix, "%s", msg)
 }

@@ -48,7 +48,12 @@ func TestWgQuickErrorsNameTheFileLine(t *testing.T) {
 
 	write(t, p, body[:len(body)-len("AllowedIPs = 0.0.0.0/1\n")], 0o600)
 	_, err = resolveJSON(t, cfg)
-	wantErr(t, err, "wireguard.configFile", p+": AllowedIPs: the peers' allowedIPs do not cover the IPv4 default route", "split tunnels are refused")
+	wantErr(t, err, "wireguard.configFile", p+" line 9: AllowedIPs: the peers' allowedIPs do not cover the IPv4 default route", "split tunnels are refused")
+
+	// Two lines that together still split: both are named.
+	write(t, p, body[:len(body)-len("AllowedIPs = 0.0.0.0/1\n")]+"AllowedIPs = 128.0.0.0/2\n", 0o600)
+	_, err = resolveJSON(t, cfg)
+	wantErr(t, err, "wireguard.configFile", p+" lines 9, 10: AllowedIPs: the peers' allowedIPs do not cover the IPv4 default route")
 
 	write(t, p, body[:len(body)-len("AllowedIPs = 0.0.0.0/1\nAllowedIPs = 0.0.0.0/1\n")]+"AllowedIPs = 0.0.0.0/0\n", 0o600)
 	_, err = resolveJSON(t, cfg)

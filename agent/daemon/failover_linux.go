@@ -238,11 +238,11 @@ func (f *failover) decide(ctx context.Context, now time.Time) {
 		f.rec.Alive()
 	case v == liveness.Dead:
 		if a, ok := f.rec.Dead(now, cause); ok {
-			what := "switching to the next server"
-			if a.Retry {
-				what = "retrying the same server"
+			msg, attrs := "tunnel dead; switching to the next server", []any{"cause", cause, "server", f.inst.Spec.Server, "next", a.Server}
+			if a.Retry || a.Server == f.inst.Spec.Server { // a retry, or a pool of one
+				msg, attrs = "tunnel dead; retrying the same server", attrs[:4]
 			}
-			f.log.Warn("tunnel dead; "+what, "cause", cause, "server", f.inst.Spec.Server, "next", a.Server)
+			f.log.Warn(msg, attrs...)
 			if err := f.rec.Apply(now, a, switcher{f, ctx}); err != nil {
 				f.log.Error("switch failed; the kill switch stays closed", "server", a.Server, "err", err)
 			}

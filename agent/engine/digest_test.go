@@ -57,15 +57,15 @@ func TestDigestPortForwardUser(t *testing.T) {
 }
 
 // TestDigestOnChangeUser: who onChange runs as is part of the port
-// forwarding's digest, so a change to it is refused at reload like the
-// rest of portForwarding (issue 20.8).
+// forwarding's digest, so a change to it is applied at reload like the
+// rest of portForwarding (issue 20.8, issue 21.1).
 func TestDigestOnChangeUser(t *testing.T) {
 	s := testSpec(false)
 	s.PortForward = &config.PortForwardSpec{Style: config.PortForwardProton, Protocols: []string{"tcp"}, OnChange: []string{"/bin/true"}}
 	root := Digests(s)
 	s.PortForward.OnChangeUser = "nobody"
 	live, restart := Changed(root, Digests(s))
-	if len(live) != 0 || !slices.Equal(restart, []string{"portForwarding"}) {
-		t.Errorf("onChangeUser set: live %q restart %q, want restart [portForwarding]", live, restart)
+	if len(restart) != 0 || !slices.Equal(live, []string{"portForwarding"}) {
+		t.Errorf("onChangeUser set: live %q restart %q, want live [portForwarding]", live, restart)
 	}
 }

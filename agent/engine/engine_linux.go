@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -375,25 +377,38 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // not up (*NotUpError; force: not an error, nothing removed), and host
 // links without the agent's alias are left and listed in the result.
 func (e *Engine) Down(name string, timeout time.Duration, force bool) (DownResult, error) {
-	left, notUp, err := e.down(name, timeout, force)
-	return DownResult{NotUp: notUp, Left: left}, err
+	var res DownResult
+	var err error
+	res.Left, res.NotUp, err = e.down(name, timeout, force, &res.Stranded)
+	return res, err
 }
 
 // DownResult is what Down did besides removing: NotUp says the namespace
 // was not up (with force: nothing was removed), Left lists the objects of
-// its name it left because vpn-agent did not make them.
+// its name it left because vpn-agent did not make them, and Stranded the
+// processes that were still in the namespace when it was removed: they
+// live on in it, with no network but its loopback.
 type DownResult struct {
-	NotUp bool
-	Left  []string
+	NotUp    bool
+	Left     []string
+	Stranded []int
 }
 
-func (e *Engine) down(name string, timeout time.Duration, force bool) (left []string, notUp bool, err error) {
+func (e *Engine) down(name string, timeout time.Duration, force bool, stranded *[]int) (left []string, notUp bool, err error) {
 	if err := config.ValidateName(name); err != nil {
 		return nil, false, err
 	}
 	sys := e.sys()
 	lock, err := sys.lock(name)
 	held := errors.Is(err, ErrBusy) // an agent manages it: it is up
+	// Who is in the namespace but its agent: processes put there (exec,
+	// a confined service) outlive its removal. Looked up before the
+	// agent, which removes the namespace as it stops, is asked to.
+	var members []int
+	if sys.ns.Exists(name) {
+		members, _ = netns.Members(name)
+		members = slices.DeleteFunc(members, func(p int) bool { return held && p == HolderPID(name) })
+	}
 	if held {
 		pid := HolderPID(name)
 		if pid <= 0 || pid == os.Getpid() {
@@ -432,6 +447,7 @@ func (e *Engine) down(name string, timeout time.Duration, force bool) (left []st
 		iface = st.Interface
 	}
 	left, err = e.removeAll(name, iface, false)
+	*stranded = slices.DeleteFunc(members, func(p int) bool { return syscall.Kill(p, 0) != nil })
 	return left, false, err
 }
 

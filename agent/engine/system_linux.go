@@ -136,8 +136,32 @@ func (e *Engine) sys() system {
 type realNamespaces struct{}
 
 func (realNamespaces) Exists(name string) bool  { return netns.Exists(name) }
-func (realNamespaces) Create(name string) error { return netns.Create(name) }
 func (realNamespaces) Delete(name string) error { return netns.Delete(name) }
+
+// Create makes the namespace with unprivileged ping allowed (allowPing).
+func (realNamespaces) Create(name string) error {
+	if err := netns.Create(name); err != nil {
+		return err
+	}
+	if err := netns.Do(name, allowPing); err != nil {
+		netns.Delete(name)
+		return err
+	}
+	return nil
+}
+
+// allowPing lets every group of the calling thread's network namespace
+// open unprivileged ICMP echo sockets (socket(AF_INET, SOCK_DGRAM,
+// IPPROTO_ICMP)), as systemd sets it on the host: a new namespace starts
+// with "1 0", none. ping needs no capability then (exec --user, a
+// confined service); what it sends is judged by the kill switch like any
+// other packet.
+func allowPing() error {
+	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647\n"), 0o644); err != nil {
+		return fmt.Errorf("allow unprivileged ping: %w", err)
+	}
+	return nil
+}
 
 type nftFirewall struct{}
 

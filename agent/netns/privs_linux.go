@@ -14,15 +14,27 @@ type Credential struct {
 	Groups   []uint32 // supplementary groups
 }
 
+// boundingKept is the one capability left in the bounding set. The kernel
+// refuses to execute a program whose file capabilities the bounding set
+// cannot grant (EPERM, "126"), and Debian's ping carries cap_net_raw=ep;
+// under no_new_privs, with no permitted capability, such a program is
+// granted nothing (its permitted set is cut to the caller's, empty), so ping
+// runs unprivileged and uses its ICMP echo socket (ping_group_range).
+const boundingKept = unix.CAP_NET_RAW
+
 // dropPrivileges makes the calling thread, which is about to execve, an
 // unprivileged user that cannot regain anything: no supplementary groups
-// but the user's, the user's gid and uid, an empty capability bounding set,
-// no inheritable or ambient capabilities, and no_new_privs (setuid binaries
-// and file capabilities grant nothing). Called as root, on a locked thread;
-// raw per-thread system calls, since execve keeps only this thread.
+// but the user's, the user's gid and uid, no capability (a bounding set of
+// boundingKept alone, which nothing can grant it), no inheritable or
+// ambient capabilities, and no_new_privs (setuid binaries and file
+// capabilities grant nothing). Called as root, on a locked thread; raw
+// per-thread system calls, since execve keeps only this thread.
 func dropPrivileges(c *Credential) error {
 	// The bounding set can only be emptied while CAP_SETPCAP is held.
 	for cp := 0; cp <= lastCap(); cp++ {
+		if cp == boundingKept {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(cp), 0, 0, 0); err != nil && err != unix.EINVAL {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", cp, err)
 		}

@@ -44,7 +44,7 @@ var wgQuickCases = []fileCase{
 	{"ipv6 endpoint without brackets", "needs brackets", 0o600, rep("192.0.2.1:51820", "2001:db8::1:51820")},
 	{"endpoint without port", "no port", 0o600, rep("192.0.2.1:51820", "192.0.2.1")},
 	{"endpoint bad port", "out of range", 0o600, rep(":51820", ":99999")},
-	{"allowed ips miss default route", "allowedIPs", 0o600, rep("AllowedIPs = 0.0.0.0/0", "AllowedIPs = 10.0.0.0/8")},
+	{"allowed ips miss default route", "wg.conf line 9: AllowedIPs: the peers' allowedIPs do not cover the IPv4 default route", 0o600, rep("AllowedIPs = 0.0.0.0/0", "AllowedIPs = 10.0.0.0/8")},
 	{"bad allowed ip", "AllowedIPs", 0o600, rep("0.0.0.0/0", "0.0.0.0/99")},
 	{"bad address", "Address", 0o600, rep("10.2.0.2/32", "10.2.0.2/40")},
 	{"missing address", "Address: missing", 0o600, rep("Address = 10.2.0.2/32\n", "")},
@@ -195,6 +195,33 @@ var jsonCases = []jsonCase{
 	{"onChange relative", "portForwarding.onChange[0]", func(m map[string]any, _ string, _ keys) {
 		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "onChange": []any{"port-changed.sh"}}
 	}},
+	// Issue 21.5: field names are exact (encoding/json alone folds case).
+	{"field name in another case", `wireGuard: unknown field "wireGuard" (did you mean "wireguard"?)`, func(m map[string]any, _ string, _ keys) {
+		m["wireGuard"] = m["wireguard"]
+		delete(m, "wireguard")
+	}},
+	{"nested field name in another case", `wireguard.configfile: unknown field "configfile" (did you mean "configFile"?)`, func(m map[string]any, _ string, _ keys) {
+		w := m["wireguard"].(map[string]any)
+		w["configfile"] = w["configFile"]
+		delete(w, "configFile")
+	}},
+	{"field name in capitals", `DNS: unknown field "DNS" (did you mean "dns"?)`, func(m map[string]any, _ string, _ keys) {
+		m["DNS"] = map[string]any{"mode": "strict"}
+	}},
+}
+
+// textCase edits the config's JSON text, for what a map cannot hold.
+type textCase struct {
+	name, field string
+	edit        func(string) string
+}
+
+var textCases = []textCase{
+	// Issue 21.7a: syntax errors by line and column, not byte offset.
+	{"json syntax error", "invalid JSON at line 3, column 3", func(s string) string {
+		return strings.Replace(s, ",", ",\n\n  ,", 1) // a stray comma on line 3
+	}},
+	{"json cut short", "the file ends inside a value at line 1, column", func(s string) string { return s[:len(s)-2] }},
 }
 
 // TestBadInput runs every case through validate, up and run.
@@ -226,7 +253,7 @@ func TestBadInput(t *testing.T) {
 	// run writes a wg-quick file (wgQuick of fresh keys, as edited by wgEdit,
 	// with mode) and a config naming it (as edited by cfgEdit) and checks
 	// that every command refuses it naming field.
-	run := func(t *testing.T, field string, wgEdit func(keys, string) string, mode os.FileMode, cfgEdit func(map[string]any, string, keys)) {
+	run := func(t *testing.T, field string, wgEdit func(keys, string) string, mode os.FileMode, cfgEdit func(map[string]any, string, keys), textEdit ...func(string) string) {
 		dir := t.TempDir()
 		k := newKeys(t)
 		name := "bi" + randHex(4)
@@ -235,8 +262,12 @@ func TestBadInput(t *testing.T) {
 		m := map[string]any{"name": name, "wireguard": map[string]any{"configFile": wg}}
 		cfgEdit(m, dir, k)
 		b, _ := json.Marshal(m)
+		text := string(b)
+		for _, e := range textEdit {
+			text = e(text)
+		}
 		cfg := filepath.Join(dir, "c.json")
-		write(t, cfg, string(b), 0o644)
+		write(t, cfg, text, 0o644)
 		n, _ := m["name"].(string)
 		if n == "" || strings.ContainsAny(n, "/.") {
 			n = name
@@ -251,6 +282,10 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range jsonCases {
 		total++
 		t.Run("config/"+tc.name, func(t *testing.T) { run(t, tc.field, asIs, 0o600, tc.edit) })
+	}
+	for _, tc := range textCases {
+		total++
+		t.Run("config text/"+tc.name, func(t *testing.T) { run(t, tc.field, asIs, 0o600, noEdit, tc.edit) })
 	}
 	t.Logf("bad input: %d malformed configs and wg-quick files, each through validate, up and run", total)
 	if total < 40 {

@@ -43,6 +43,28 @@ func TestHelpAndVersion(t *testing.T) {
 	if rc2, out2, _ := run("version"); rc2 != 0 || out2 != out {
 		t.Errorf("version says %q, --version %q", out2, out)
 	}
+	// Issue 21.7e: a plain `go build` of a checkout names the commit Go
+	// embedded (none with -buildvcs=false, or in a git worktree, which Go
+	// does not recognise: then "dev").
+	if meta, err := exec.Command("go", "version", "-m", agentBin).Output(); err == nil {
+		var rev, dirty string
+		for _, l := range strings.Split(string(meta), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "build\tvcs.revision="); ok && len(v) >= 12 {
+				rev = v[:12]
+			}
+			if strings.TrimSpace(l) == "build\tvcs.modified=true" {
+				dirty = "-dirty"
+			}
+		}
+		want := "vpn-agent dev\n"
+		if rev != "" {
+			want = "vpn-agent dev-" + rev + dirty + "\n"
+		}
+		if out != want {
+			t.Errorf("--version says %q, want %q", out, want)
+		}
+		t.Logf("--version: %s", strings.TrimSpace(out))
+	}
 	for _, args := range [][]string{{}, {"frobnicate"}, {"status", "--bogus"}, {"exec", "x"},
 		{"exec", "--env", "=x", "n", "--", "true"}, {"__exec-init", "n", "0:0:", "--", "true"}} {
 		rc, out, errs := run(args...)

@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
@@ -169,3 +172,65 @@ func assertGone(t *testing.T, c *confined, when string) {
 func okIn(ns string, argv ...string) bool { _, err := harness.Output(ns, argv...); return err == nil }
 func okRoot(argv ...string) bool          { _, err := execOut(argv[0], argv[1:]...); return err == nil }
 func exists(p string) bool                { _, err := os.Lstat(p); return err == nil }
+
+// Issue 21.7d: down while a process still runs in the namespace (here one
+// started with exec) removes the namespace, exits 0, and names the pid on
+// stderr, saying it keeps no network; it does keep none.
+func TestDownNamesProcessesLeft(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, harness.AgentOptions{HostLink: true})
+	cmd := exec.Command(env.agentBin, "exec", "--user", "nobody", c.name, "--", "sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := testbed.Start(c.tp.Host, cmd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	// The control: the sleep is in the namespace before down (exec has
+	// entered it once /proc/PID/ns/net is the namespace's).
+	var nsIno uint64
+	if st, err := os.Stat(names.Netns(c.name)); err == nil {
+		nsIno = st.Sys().(*syscall.Stat_t).Ino
+	}
+	in := func() bool {
+		st, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", pid))
+		return err == nil && st.Sys().(*syscall.Stat_t).Ino == nsIno
+	}
+	for deadline := time.Now().Add(5 * time.Second); !in() || !strings.HasPrefix(procComm(pid), "sleep"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the exec'd sleep (pid %d, %q) never ran in namespace %s", pid, procComm(pid), c.name)
+		}
+	}
+	o := c.ag.Cmd("down", c.name)
+	if o.ExitCode() != 0 || !strings.Contains(o.Stdout, "namespace "+c.name+" down") {
+		t.Fatalf("down with a process left: %s", o)
+	}
+	want := fmt.Sprintf("vpn-agent: warning: pid %d still in namespace %s: it runs on with no network (only loopback); stop it", pid, c.name)
+	var warnings []string
+	for _, l := range strings.Split(o.Stderr, "\n") {
+		if strings.HasPrefix(l, "vpn-agent: ") {
+			warnings = append(warnings, l)
+		}
+	}
+	t.Logf("down with a process left: exit %d, stdout %q, stderr:\n%s", o.ExitCode(), o.Stdout, o.Stderr)
+	if len(warnings) != 1 || warnings[0] != want {
+		t.Errorf("down's stderr:\n%s\nwant the one line:\n%s", o.Stderr, want)
+	}
+	if err := c.d.Wait(5 * time.Second); err != nil {
+		t.Errorf("`run` after `down`: %v", err)
+	}
+	assertGone(t, c, "after down with a process left")
+	// It runs on, with nothing but loopback.
+	if syscall.Kill(pid, 0) != nil || !in() {
+		t.Fatalf("the sleep (pid %d) is gone: the warning named a process that had ended", pid)
+	}
+	links, err := execOut("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", pid), "ip", "-o", "link", "show")
+	if err != nil || strings.Count(strings.TrimSpace(string(links)), "\n") != 0 || !strings.Contains(string(links), ": lo:") {
+		t.Errorf("the namespace the sleep kept has more than loopback (err %v):\n%s", err, links)
+	}
+}
+
+func procComm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}

@@ -395,8 +395,9 @@ func TestDriftReapplied(t *testing.T) {
 }
 
 // `up --wait-handshake` returns 0 once the tunnel works, and 1 with one
-// line when it is up but the server does not answer (the namespace stays
-// up and closed until down).
+// line when the server does not answer: a namespace that this up brought
+// up is taken down again (a failed up leaves nothing, issue 21.6), one
+// that was up before stays up and closed until down.
 func TestUpWaitHandshake(t *testing.T) {
 	t.Parallel()
 	t.Run("working", func(t *testing.T) {
@@ -408,7 +409,7 @@ func TestUpWaitHandshake(t *testing.T) {
 		start := time.Now()
 		o := c.ag.Cmd("up", "--config", c.path, "--wait-handshake", "--timeout", "10s")
 		t.Cleanup(func() { killStray(t, upPID(o.Stdout)); c.ag.Cmd("down", c.name) })
-		if o.ExitCode() != 0 {
+		if o.ExitCode() != 0 || !strings.Contains(o.Stdout, "namespace "+c.name+" up") {
 			t.Fatalf("up --wait-handshake with a working server: %s", o)
 		}
 		hs := strings.TrimSpace(c.tp.Exec(t, c.tp.Host, "wg", "show", c.iface(), "latest-handshakes"))
@@ -424,14 +425,45 @@ func TestUpWaitHandshake(t *testing.T) {
 		start := time.Now()
 		o := c.ag.Cmd("up", "--config", c.path, "--wait-handshake", "--timeout", "4s")
 		took := time.Since(start)
-		t.Cleanup(func() { killStray(t, upPID(o.Stdout)); c.ag.Cmd("down", c.name) })
+		t.Cleanup(func() { c.ag.Cmd("down", "--force", c.name); killStray(t, upPID(o.Stdout)) })
 		if o.ExitCode() != 1 {
 			t.Fatalf("up --wait-handshake with the server unreachable: exit %d, want 1:\n%s", o.ExitCode(), o)
 		}
 		oneLineError(t, o, "no handshake")
-		if took > 10*time.Second {
+		t.Logf("up --wait-handshake, server unreachable: exit %d: %s", o.ExitCode(), strings.TrimSpace(o.Stderr))
+		if !strings.Contains(o.Stderr, "took it down again: nothing is left") || o.Stdout != "" {
+			t.Errorf("the failed up does not say that it took the namespace down (or claims it up):\n%s", o)
+		}
+		if took > 25*time.Second {
 			t.Errorf("up --wait-handshake --timeout 4s took %v", took)
 		}
+		// Nothing of the namespace is left, the detached agent included.
+		assertGone(t, c, "after a failed up --wait-handshake")
+		if o := c.ag.Cmd("status", c.name); o.ExitCode() != 2 {
+			t.Errorf("status after the failed up: exit %d, want 2 (not up):\n%s", o.ExitCode(), o)
+		}
+		// Positive control: unblocked, the same up works.
+		c.tp.UnblockWG(t)
+		ctl := c.ag.Cmd("up", "--config", c.path, "--wait-handshake", "--timeout", "10s")
+		t.Cleanup(func() { c.ag.Cmd("down", c.name); killStray(t, upPID(ctl.Stdout)) })
+		if ctl.ExitCode() != 0 {
+			t.Errorf("positive control: after unblocking, up --wait-handshake: %s", ctl)
+		} else if r := c.tunnelEcho(t, 10*time.Second); !r.Reached() {
+			t.Errorf("positive control: after unblocking, no traffic: %v", r)
+		}
+	})
+	t.Run("unreachable, already up", func(t *testing.T) {
+		t.Parallel()
+		c := newConfined(t, harness.AgentOptions{})
+		c.tp.BlockWG(t)
+		first := c.ag.MustCmd(t, "up", "--config", c.path)
+		t.Cleanup(func() { c.ag.Cmd("down", c.name); killStray(t, upPID(first.Stdout)) })
+		o := c.ag.Cmd("up", "--config", c.path, "--wait-handshake", "--timeout", "4s")
+		if o.ExitCode() != 1 {
+			t.Fatalf("up --wait-handshake over a namespace that is up, server unreachable: exit %d, want 1:\n%s", o.ExitCode(), o)
+		}
+		oneLineError(t, o, "stays up as it was before this up")
+		t.Logf("up --wait-handshake over a namespace that is up, server unreachable: exit %d: %s", o.ExitCode(), strings.TrimSpace(o.Stderr))
 		// Up but closed: the namespace and its kill switch are there.
 		if !harness.Mounted(c.name) || !okIn(c.name, "nft", "list", "table", "inet", names.Table) {
 			t.Errorf("after a failed wait the namespace or its kill switch is missing")

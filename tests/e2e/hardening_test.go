@@ -44,7 +44,7 @@ func TestExec(t *testing.T) {
 	})
 	// What each probe prints: the uid, bounding set, no_new_privs, whether
 	// it can enter the agent's (host) namespace, and which sockets it gets.
-	probe := `id -u; grep -E '^(CapBnd|CapEff|NoNewPrivs):' /proc/self/status | tr -s '\t' ' ';
+	probe := `id -u; grep -E '^(CapBnd|CapPrm|CapEff|NoNewPrivs):' /proc/self/status | tr -s '\t' ' ';
 		nsenter --net=` + names.Netns(c.tp.Host) + ` true 2>/dev/null && echo setns-host ok || echo setns-host refused;
 		perl -MSocket -e 'for (["packet",17,SOCK_DGRAM],["vsock",40,SOCK_STREAM],["inet",2,SOCK_DGRAM]) { my ($n,$f,$t)=@$_; print "$n ", (socket(my $s,$f,$t,0) ? "ok" : "refused: $!"), "\n" }'`
 	t.Run("as root (the control)", func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestExec(t *testing.T) {
 		if rc != 0 {
 			t.Fatalf("rc=%d stderr=%q", rc, stderr)
 		}
-		for _, want := range []string{"65534\n", "CapBnd: 0000000000000000", "CapEff: 0000000000000000", "NoNewPrivs: 1",
+		for _, want := range []string{"65534\n", "CapBnd: 0000000000002000", "CapEff: 0000000000000000", "CapPrm: 0000000000000000", "NoNewPrivs: 1",
 			"setns-host refused", "packet refused", "vsock refused", "inet ok"} {
 			if !strings.Contains(out+"\n", want) {
 				t.Errorf("exec --user nobody lacks %q:\n%s", want, out)
