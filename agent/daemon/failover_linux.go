@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -67,9 +68,11 @@ type failover struct {
 	pool  []*config.Spec
 	now   func() time.Time
 
-	probe     *config.ProbeSpec
 	nextProbe time.Time
 	inFlight  bool
+	// stopProbe cancels the probe in flight: a switch stops a probe of
+	// the old server (its resolver, which the new kill switch refuses).
+	stopProbe context.CancelFunc
 	gen       int // bumped on every switch: a probe result of an older server is dropped
 	results   chan probeResult
 
@@ -78,8 +81,9 @@ type failover struct {
 }
 
 type probeResult struct {
-	gen int
-	err error
+	gen    int
+	target netip.AddrPort
+	err    error
 }
 
 // failoverEngine is what the failover loop asks of the engine.
@@ -96,15 +100,24 @@ func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *
 	}
 	f := &failover{
 		eng: eng, inst: inst, log: log, out: out, pool: pool, now: time.Now,
-		probe:   inst.Spec.Probe,
 		results: make(chan probeResult, 1),
 	}
 	f.rec = liveness.Recovery{Pool: len(pool), Active: inst.Spec.Server}
-	if f.probe != nil {
-		f.judge.Failures = f.probe.Failures
-	}
+	f.probe()
 	f.publish()
 	return f
+}
+
+// probe is the active server's probe, nil when off: each server of a pool
+// has its own default (its first resolver), so the probe follows the
+// switches. The judge's Failures follow it (without a probe no failure
+// is recorded, so they do not matter then).
+func (f *failover) probe() *config.ProbeSpec {
+	p := f.inst.Spec.Probe
+	if p != nil {
+		f.judge.Failures = p.Failures
+	}
+	return p
 }
 
 // probeSlack lets a probe due at a check's tick start on that tick: the
@@ -139,8 +152,8 @@ func (f *failover) tick(ctx context.Context, dev *deviceReading) {
 	if err == nil {
 		f.judge.Observe(sampleOf(d, f.inst.Spec, now))
 	}
-	if f.probe != nil && !now.Before(f.nextProbe) {
-		f.startProbe(ctx, now)
+	if p := f.probe(); p != nil && !now.Before(f.nextProbe) {
+		f.startProbe(ctx, now, p)
 	}
 	f.decide(ctx, now)
 }
@@ -163,37 +176,41 @@ func (f *failover) repairDrift(ctx context.Context, d *wireguard.Device) bool {
 }
 
 // startProbe runs one probe in the namespace, unless one is in flight.
-func (f *failover) startProbe(ctx context.Context, now time.Time) {
+func (f *failover) startProbe(ctx context.Context, now time.Time, p *config.ProbeSpec) {
 	if f.inFlight {
 		return
 	}
-	f.inFlight, f.nextProbe = true, now.Add(f.probe.Interval-probeSlack)
-	gen, name, target, to := f.gen, f.inst.Spec.Name, f.probe.Target, probeTimeout(f.probe.Interval)
+	f.inFlight, f.nextProbe = true, now.Add(p.Interval-probeSlack)
+	gen, name, to := f.gen, f.inst.Spec.Name, probeTimeout(p.Interval)
+	pctx, cancel := context.WithCancel(ctx)
+	f.stopProbe = cancel
 	go func() {
-		f.results <- probeResult{gen, liveness.Probe(ctx, name, target, to)}
+		defer cancel()
+		f.results <- probeResult{gen, p.Target, liveness.Check(pctx, name, p, to)}
 	}()
 }
 
 // probed takes a probe result.
 func (f *failover) probed(ctx context.Context, r probeResult) {
 	f.inFlight = false
-	if r.gen != f.gen {
+	p := f.probe()
+	if r.gen != f.gen || p == nil {
 		return
 	}
 	if r.err != nil {
 		f.probeFailures++
-		f.log.Info("probe failed", "target", f.probe.Target.String(), "err", r.err, "in a row", f.judge.ProbeFailures()+1)
+		f.log.Info("probe failed", "target", r.target.String(), "err", r.err, "in a row", f.judge.ProbeFailures()+1)
 		f.judge.Probe(false, r.err.Error())
 	} else {
 		f.judge.Probe(true, "")
 	}
 	now := f.now()
 	f.decide(ctx, now)
-	if n := f.judge.ProbeFailures(); r.err != nil && f.gen == r.gen && n > 0 && n < f.probe.Failures {
+	if n := f.judge.ProbeFailures(); r.err != nil && f.gen == r.gen && n > 0 && n < p.Failures {
 		// Confirm at once: the next probes run back to back, so a dead
 		// tunnel is judged within Failures timeouts of the first failure,
 		// not Failures intervals. Once judged, the interval applies again.
-		f.startProbe(ctx, now)
+		f.startProbe(ctx, now, p)
 	}
 }
 
@@ -236,6 +253,9 @@ func (s switcher) Switch(server int, retry bool) error {
 		return err
 	}
 	f.gen++
+	if f.stopProbe != nil {
+		f.stopProbe() // its result, of the old server, is dropped
+	}
 	f.judge.Reset()
 	f.nextProbe = time.Time{} // judge the new server at once
 	// Make it handshake even if the namespace idles now (its queued
