@@ -183,13 +183,15 @@ let
         peers = map peerJSON ns.wireguard.peers;
       };
       dns = clean { inherit (ns.dns) mode servers search; };
-      health = clean {
-        probe =
-          if ns.health.probe.address == null then
-            null
-          else
-            clean { inherit (ns.health.probe) address interval failures; };
-      };
+      # probe.enable = false is "probe": null (off, the default probe
+      # too), written past clean; unset, the agent's default applies.
+      health =
+        if !ns.health.probe.enable then
+          { probe = null; }
+        else
+          clean {
+            probe = clean { inherit (ns.health.probe) address interval failures; };
+          };
       metrics = clean { inherit (ns.metrics) listen; };
       memory = clean { inherit (ns.memory) packetBuffers; };
       openPorts = map (p: { inherit (p) port protocol; }) ns.openPorts;
@@ -522,13 +524,25 @@ let
         };
 
         health.probe = {
+          enable = mkOption {
+            type = types.bool;
+            default = true;
+            example = false;
+            description = ''
+              Whether the agent probes the tunnel. `false` turns the probe
+              off, the default one too (`"probe": null` in the agent's
+              JSON); the tunnel is then judged by WireGuard's handshakes
+              only, and a dead tunnel that idles stays healthy.
+            '';
+          };
           address = nullOption types.str {
             example = "10.2.0.1:53";
             description = ''
               An address beyond the tunnel that the agent probes through it:
-              `IP:port` for a TCP connect, an IP alone for ICMP echo (e.g. the
-              provider's resolver). `null`: no probe; the tunnel is judged by
-              WireGuard's handshakes only.
+              `IP:port` for a TCP connect, an IP alone for ICMP echo. `null`:
+              the default, a DNS query (the root's NS) to the active server's
+              first resolver (its wg-quick `DNS =`, or `dns.servers`), which
+              follows failovers; no resolver, no probe.
             '';
           };
           interval = nullOption types.str {
@@ -1002,6 +1016,11 @@ in
       }
     ]
     ++ concatLists (mapAttrsToList secretAssertions cfg.namespaces)
+    ++ mapAttrsToList (name: ns: {
+      # A probe turned off cannot be configured too (one would be ignored).
+      assertion = ns.health.probe.enable || (with ns.health.probe; address == null && interval == null && failures == null);
+      message = "${opt name}.health.probe.enable = false, but health.probe.address, interval or failures is set; remove them, or enable the probe.";
+    }) cfg.namespaces
     ++ serviceAssertions;
 
     warnings =

@@ -17,10 +17,20 @@ const (
 	// FOProbe: health.probe configured, no traffic of the bench's until
 	// the agent judged the server dead.
 	FOProbe = "probe"
+	// FOIdle: no health.probe in the config, so the default probe (each
+	// server's first resolver, every 30 s) applies, and no traffic of the
+	// bench's until the agent judged the server dead: how long a dead
+	// idle tunnel goes unnoticed as shipped. Not run by default (a sample
+	// takes about a minute).
+	FOIdle = "idle"
 )
 
-// FailoverScenarios lists the scenarios in execution order.
-var FailoverScenarios = []string{FOTraffic, FOProbe}
+// FailoverScenarios lists the scenarios in execution order;
+// FailoverDefaultScenarios those run unless --failover-scenarios says.
+var (
+	FailoverScenarios        = []string{FOTraffic, FOProbe, FOIdle}
+	FailoverDefaultScenarios = []string{FOTraffic, FOProbe}
+)
 
 // Issue 13's failover targets.
 const (

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -83,6 +84,10 @@ func (r *runner) failover(ctx context.Context) (*Failover, error) {
 		case FOProbe:
 			sc.Description = "health.probe (TCP connect to the pool's echo address) with the default failures, no traffic until detection"
 			sc.ProbeIntervalSec, sc.ProbeFailures = o.FailoverProbe.Seconds(), config.DefaultProbeFailures
+		case FOIdle:
+			sc.Description = "no health.probe configured: the default probe (a DNS query to each server's first resolver, every 30 s, 3 failures), " +
+				"no traffic until detection; the death at a random point of the probe's interval"
+			sc.ProbeIntervalSec, sc.ProbeFailures = config.DefaultProbeInterval.Seconds(), config.DefaultProbeFailures
 		}
 		f.Scenarios = append(f.Scenarios, sc)
 		for round := range o.FailoverSamples {
@@ -177,7 +182,10 @@ func (l *foLab) close() {
 func (l *foLab) config(sc *FOScenario) (string, error) {
 	c := &config.Config{Name: l.name, Backend: string(l.backend), IPv6: "block"}
 	c.WireGuard.ConfigFiles = []string{l.fileA, l.fileB}
-	if sc.ProbeIntervalSec > 0 {
+	switch sc.Name {
+	case FOTraffic:
+		c.Health.NoProbe = true // WireGuard's timers alone
+	case FOProbe:
 		c.Health.Probe = &config.Probe{
 			Address:  netip.AddrPortFrom(testbed.PoolProbe4, testbed.EchoPort).String(),
 			Interval: l.probeEvery.String(), Failures: sc.ProbeFailures,
@@ -350,7 +358,14 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 	var detected time.Time
 	var mu sync.Mutex
 	isDetected := func() bool { mu.Lock(); defer mu.Unlock(); return !detected.IsZero() }
-	if sc.ProbeIntervalSec > 0 {
+	if sc.Name == FOIdle {
+		// The default probe ran at the start; an idle tunnel dies at
+		// any point of its interval.
+		every := time.Duration(sc.ProbeIntervalSec * float64(time.Second))
+		time.Sleep(time.Second + rand.N(every))
+		window = 4 * every
+		st = startStream(th, isDetected)
+	} else if sc.ProbeIntervalSec > 0 {
 		// Let the probe succeed on its own before the death.
 		time.Sleep(l.probeEvery + l.probeEvery/2)
 		window = time.Duration(20 * float64(l.probeEvery))

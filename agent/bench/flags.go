@@ -70,7 +70,7 @@ func newFlags() *cliFlags {
 		cycles:      fs.Int("updown-cycles", 0, "up/down cycles per round and path (default 10)"),
 		pace:        fs.String("pace", "", "also run 1-stream TCP paced at this rate (iperf3 -b, e.g. 800M), below the ceiling, where CPU-seconds per GB compare the modes at equal throughput"),
 		foSamples:   fs.Int("failover-samples", 0, "failovers per failover scenario (default: quick 3, sustained 7)"),
-		foScenarios: fs.String("failover-scenarios", "", "comma-separated failover scenarios: traffic (a stream, WireGuard's timers decide), probe (health.probe, no traffic) (default both)"),
+		foScenarios: fs.String("failover-scenarios", "", "comma-separated failover scenarios: traffic (a stream, the probe off: WireGuard's timers decide), probe (health.probe, no traffic), idle (the default probe, no traffic; about a minute a sample) (default traffic,probe)"),
 		foProbe:     fs.String("failover-probe", "2s", "health.probe interval in the probe scenario (whole seconds, >= 1s)"),
 		shaping:     fs.String("shaping", "auto", "netem shaped-link scenarios: auto (when sch_netem exists) or off"),
 	}

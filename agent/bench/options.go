@@ -169,7 +169,7 @@ func (o *Options) Normalize() error {
 		}
 	}
 	if o.FailoverScenarios == nil {
-		o.FailoverScenarios = FailoverScenarios
+		o.FailoverScenarios = FailoverDefaultScenarios
 	}
 	if o.Shaping == "" {
 		o.Shaping = "auto"

@@ -129,7 +129,14 @@ func printReport(w io.Writer, r *status.Report) {
 		fmt.Fprintf(w, "  server:     %s, endpoint %s\n", srv, r.Server.Endpoint)
 	}
 	if r.Tunnel != nil {
-		fmt.Fprintf(w, "  tunnel:     %s (%s since %s)\n", r.Tunnel.Verdict, r.Tunnel.Recovery, r.Tunnel.Since.Format(time.RFC3339))
+		line := fmt.Sprintf("%s since %s", r.Tunnel.TunnelState(), r.Tunnel.Since.Format(time.RFC3339))
+		if r.Tunnel.Failovers > 0 {
+			line += fmt.Sprintf(", %d failovers", r.Tunnel.Failovers)
+		}
+		if r.Tunnel.Cause != "" {
+			line += ": " + r.Tunnel.Cause
+		}
+		fmt.Fprintf(w, "  tunnel:     %s\n", line)
 	}
 	if pf := r.PortForward; pf != nil {
 		port := "none"
@@ -155,7 +162,7 @@ func printReport(w io.Writer, r *status.Report) {
 	for _, p := range r.Peers {
 		hs := "never"
 		if p.HandshakeAgeSec != nil {
-			hs = (time.Duration(*p.HandshakeAgeSec) * time.Second).String() + " ago"
+			hs = time.Duration(*p.HandshakeAgeSec*float64(time.Second)).Round(time.Second).String() + " ago"
 		}
 		if p.Idle {
 			hs += " (idle: nothing sent since)"

@@ -292,7 +292,13 @@ func TestAgentFields(t *testing.T) {
 	if got := agentFields(all); !slices.Equal(got, []string{"metrics", "health.probe", "portForwarding", "wireguard.configFiles"}) {
 		t.Errorf("agentFields %q", got)
 	}
-	none := resolve(func(c *config.Config) { c.Metrics, c.Health, c.PortForwarding = config.Metrics{}, config.Health{}, nil })
+	// The default probe (the server's resolver) is one of them: only
+	// "probe": null leaves a kernel namespace without an agent.
+	dflt := resolve(func(c *config.Config) { c.Metrics, c.Health, c.PortForwarding = config.Metrics{}, config.Health{}, nil })
+	if got := agentFields(dflt); !slices.Equal(got, []string{"health.probe"}) {
+		t.Errorf("agentFields with the default probe %q", got)
+	}
+	none := resolve(func(c *config.Config) { c.Metrics, c.Health, c.PortForwarding = config.Metrics{}, config.Health{NoProbe: true}, nil })
 	if got := agentFields(none); len(got) != 0 {
 		t.Errorf("agentFields without them %q", got)
 	}

@@ -146,20 +146,39 @@ type Memory struct {
 	PacketBuffers *int `json:"packetBuffers,omitempty"`
 }
 
-// Health tunes liveness. Without a probe the agent judges the tunnel by
-// WireGuard's own timers: dead when data was sent and no handshake
-// completed within WireGuard's limits. An idle tunnel is not dead.
+// Health tunes liveness. The agent judges the tunnel by WireGuard's own
+// timers (dead when data was sent and no handshake completed within
+// WireGuard's limits) and by a probe. An idle tunnel is not dead.
 type Health struct {
-	// Probe is an active check through the tunnel, for tunnels that are
-	// idle most of the time.
+	// Probe is an active check through the tunnel, so that a tunnel that
+	// idles is judged too. Default (when absent): a DNS query for the
+	// root's NS records to the active server's first resolver (its
+	// wg-quick DNS =, or dns.servers), through the tunnel, every 30 s,
+	// dead after 3 failures in a row; any reply is an answer. It follows
+	// failovers (each server's own first resolver); a server without a
+	// resolver has no default probe. null turns the probe off.
 	Probe *Probe `json:"probe,omitempty"`
+	// NoProbe records "probe": null (encoding/json reads a null as
+	// absent): the probe is off, not defaulted.
+	NoProbe bool `json:"-"`
+}
+
+// MarshalJSON writes "probe": null for NoProbe, so that a config turned
+// into JSON reads back the same.
+func (h Health) MarshalJSON() ([]byte, error) {
+	if h.NoProbe && h.Probe == nil {
+		return []byte(`{"probe":null}`), nil
+	}
+	type plain Health
+	return json.Marshal(plain(h))
 }
 
 // Probe is an active check through the tunnel.
 type Probe struct {
 	// Address is an IP address and port ("10.2.0.1:53") for a TCP connect,
-	// or an IP address alone for an ICMP echo. It must answer through every
-	// server of the pool (ProtonVPN's 10.2.0.1, its resolver, does).
+	// or an IP address alone for an ICMP echo, instead of the default DNS
+	// query. It must answer through every server of the pool (ProtonVPN's
+	// 10.2.0.1, its resolver, does).
 	Address string `json:"address"`
 	// Interval between probes, e.g. "30s" (default 30s; 1s–1h).
 	Interval string `json:"interval,omitempty"`
@@ -353,6 +372,7 @@ func Parse(data []byte) (*Config, error) {
 	if err := decodeOne(data, &c, true); err != nil {
 		return nil, err
 	}
+	c.Health.NoProbe = c.Health.Probe == nil && probeNull(tree)
 	return &c, nil
 }
 
@@ -369,6 +389,16 @@ func decodeOne(data []byte, v any, strict bool) error {
 		return fieldErr("config", "the file must hold exactly one JSON object", "trailing data after the JSON object")
 	}
 	return nil
+}
+
+// probeNull says whether the config's tree (decoded, keys checked)
+// writes "health": {"probe": null}, which a pointer field cannot tell
+// from no probe at all.
+func probeNull(tree any) bool {
+	root, _ := tree.(map[string]any)
+	health, _ := root["health"].(map[string]any)
+	p, ok := health["probe"]
+	return ok && p == nil
 }
 
 func jsonErr(err error, data []byte) error {

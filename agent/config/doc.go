@@ -117,9 +117,9 @@
 // down NAME`, then up.
 //
 // With the kernel backend `up` leaves no process behind, unless the
-// config has metrics, health.probe, portForwarding or a pool of servers:
-// then it starts a detached agent to serve them, as with the userspace
-// backend.
+// config has metrics, health.probe (on by default: "probe": null turns it
+// off), portForwarding or a pool of servers: then it starts a detached
+// agent to serve them, as with the userspace backend.
 //
 // # Dead tunnels and failover
 //
@@ -130,7 +130,24 @@
 // handshake gets 5 s), when a server that never handshook does not answer
 // its initiation within REKEY_TIMEOUT, or when health.probe fails
 // health.probe.failures times in a row. A tunnel that idles is not dead:
-// status shows it idle, with its handshake age.
+// status shows it idle, with its handshake age (WireGuard handshakes only
+// when it has something to send, so an idle tunnel's handshake ages
+// without bound, and one that never sent never handshook).
+//
+// Without health.probe the agent probes the active server's first
+// resolver (its wg-quick DNS =, or dns.servers) every 30 s: a DNS query
+// for the root's NS records, through the tunnel, where the namespace's
+// own lookups go; any reply counts, and 3 failures in a row make the
+// tunnel dead. So a dead tunnel is found while it idles, too. Each server
+// of a pool is probed at its own first resolver; a server without one
+// has no default probe. "probe": null turns it off (the tunnel is then
+// judged by WireGuard's timers only, and a dead tunnel that idles stays
+// healthy until it sends); health.probe.address probes elsewhere.
+//
+// status names the tunnel's state: alive (it answered lately), idle
+// (nothing sent, nothing judged dead), dead, failing over (a retry of the
+// same server or a switch to the next, not yet answered) or every server
+// dead. Alive and idle exit 0.
 //
 // On a dead tunnel the agent re-resolves the endpoint (in the host
 // namespace, through wireguard.endpointResolver if set) and retries the

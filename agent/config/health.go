@@ -13,13 +13,34 @@ const (
 	DefaultProbeFailures = 3
 )
 
+// DNSPort is where the default probe asks the server's resolver.
+const DNSPort = 53
+
 func resolveHealth(c *Config, s *Spec) error {
 	p := c.Health.Probe
-	if p == nil {
+	if p == nil && c.Health.NoProbe {
 		return nil
 	}
 	ps := &ProbeSpec{Interval: DefaultProbeInterval, Failures: DefaultProbeFailures}
-	if ap, err := netip.ParseAddrPort(p.Address); err == nil {
+	if p == nil || p.Address == "" {
+		// The default: the server's first resolver, asked through the
+		// tunnel as the namespace's own lookups are.
+		if len(s.DNS) == 0 {
+			if p != nil && !s.contentUnknown {
+				return fieldErr("health.probe.address", "set an address to probe, or give the server a resolver (DNS = or dns.servers)", "no address, and no resolver to probe by default")
+			}
+			return nil
+		}
+		ps.Target, ps.DNS = netip.AddrPortFrom(s.DNS[0], DNSPort), true
+		if p == nil {
+			// A resolver the host link reaches would answer for a dead
+			// tunnel: no default probe then.
+			if probeTargetErr(s, ps.Target.Addr()) == nil {
+				s.Probe = ps
+			}
+			return nil
+		}
+	} else if ap, err := netip.ParseAddrPort(p.Address); err == nil {
 		if ap.Port() == 0 {
 			return fieldErr("health.probe.address", "use a port 1–65535, or the address alone for ICMP", "port 0")
 		}
@@ -29,19 +50,8 @@ func resolveHealth(c *Config, s *Spec) error {
 	} else {
 		return fieldErr("health.probe.address", `write an IP address and port such as "10.2.0.1:53", or an IP address alone for ICMP`, "%q is neither", p.Address)
 	}
-	a := ps.Target.Addr()
-	switch {
-	case a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || a.IsLinkLocalUnicast():
-		return fieldErr("health.probe.address", "probe an address beyond the tunnel, e.g. your provider's resolver", "%s is not reached through the tunnel", a)
-	case a.Is6() && !s.IPv6 && !s.contentUnknown:
-		return fieldErr("health.probe.address", `probe an IPv4 address, or tunnel IPv6 ("ipv6": "tunnel")`, "%s is IPv6 but IPv6 is blocked", a)
-	}
-	if s.HostLink != nil {
-		for i, pfx := range s.HostLink.AccessibleFrom {
-			if pfx.Contains(a) || s.HostLink.HostAddr.Masked().Contains(a) {
-				return fieldErr("health.probe.address", "probe an address beyond the tunnel", "%s is on the host link (hostLink.accessibleFrom[%d] or its subnet), not through the tunnel", a, i)
-			}
-		}
+	if err := probeTargetErr(s, ps.Target.Addr()); err != nil {
+		return err
 	}
 	if p.Interval != "" {
 		d, err := time.ParseDuration(p.Interval)
@@ -60,6 +70,24 @@ func resolveHealth(c *Config, s *Spec) error {
 		ps.Failures = p.Failures
 	}
 	s.Probe = ps
+	return nil
+}
+
+// probeTargetErr says why a is not an address probed through the tunnel.
+func probeTargetErr(s *Spec, a netip.Addr) error {
+	switch {
+	case a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || a.IsLinkLocalUnicast():
+		return fieldErr("health.probe.address", "probe an address beyond the tunnel, e.g. your provider's resolver", "%s is not reached through the tunnel", a)
+	case a.Is6() && !s.IPv6 && !s.contentUnknown:
+		return fieldErr("health.probe.address", `probe an IPv4 address, or tunnel IPv6 ("ipv6": "tunnel")`, "%s is IPv6 but IPv6 is blocked", a)
+	}
+	if s.HostLink != nil {
+		for i, pfx := range s.HostLink.AccessibleFrom {
+			if pfx.Contains(a) || s.HostLink.HostAddr.Masked().Contains(a) {
+				return fieldErr("health.probe.address", "probe an address beyond the tunnel", "%s is on the host link (hostLink.accessibleFrom[%d] or its subnet), not through the tunnel", a, i)
+			}
+		}
+	}
 	return nil
 }
 

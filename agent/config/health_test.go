@@ -1,7 +1,9 @@
 package config
 
 import (
+	"encoding/json"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,4 +85,75 @@ func TestProbeAndMetrics(t *testing.T) {
 		_, err := resolveJSON(t, m)
 		wantErr(t, err, tc.field, tc.want)
 	}
+}
+
+// Issue 21.3: without health.probe, each server of a pool is probed at
+// its own first resolver, with a DNS query; "probe": null turns it off
+// (and a config written back as JSON keeps it off); an explicit address
+// is kept as written; a server without a resolver gets no default.
+func TestDefaultProbe(t *testing.T) {
+	f := newFixture(t)
+	second := f.secondServer(t, "10.3.0.1, 10.3.0.2", "nl.vpn.example:51820")
+	pool := map[string]any{"configFiles": []any{f.wgFile, second}}
+	s, err := resolveJSON(t, map[string]any{"name": "proton", "wireguard": pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"10.2.0.1:53", "10.3.0.1:53"} {
+		p := s.Pool[i].Probe
+		if p == nil || !p.DNS || p.Target != netip.MustParseAddrPort(want) || p.Interval != DefaultProbeInterval || p.Failures != DefaultProbeFailures {
+			t.Errorf("server %d: default probe %+v, want a DNS query to %s every %v", i, p, want, DefaultProbeInterval)
+		}
+	}
+	// dns.servers overrides the files' resolvers, and so the default.
+	m := f.structured()
+	m["dns"] = map[string]any{"servers": []any{"10.9.0.1", "10.9.0.2"}}
+	if s, err = resolveJSON(t, m); err != nil || s.Probe == nil || s.Probe.Target != netip.MustParseAddrPort("10.9.0.1:53") {
+		t.Errorf("with dns.servers: probe %+v, %v", s.Probe, err)
+	}
+
+	off := []byte(`{"name": "proton", "wireguard": {"configFiles": ["` + f.wgFile + `", "` + second + `"]}, "health": {"probe": null}}`)
+	c, err := Parse(off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Health.NoProbe {
+		t.Fatal(`"probe": null was not recorded`)
+	}
+	if s, err = Resolve(c, Options{}); err != nil || s.Pool[0].Probe != nil || s.Pool[1].Probe != nil {
+		t.Fatalf(`"probe": null: probes %+v %+v, %v; want none`, s.Pool[0].Probe, s.Pool[1].Probe, err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil || !strings.Contains(string(b), `"health":{"probe":null}`) {
+		t.Fatalf("written back: %s, %v", b, err)
+	}
+	if c2, err := Parse(b); err != nil || !c2.Health.NoProbe {
+		t.Fatalf("read back: %+v, %v", c2, err)
+	}
+	// Positive control: "health": {} is the default, not off.
+	if c, err := Parse([]byte(`{"name": "proton", "health": {}}`)); err != nil || c.Health.NoProbe {
+		t.Fatalf(`"health": {}: %+v, %v`, c, err)
+	}
+
+	m = map[string]any{"name": "proton", "wireguard": pool, "health": map[string]any{"probe": map[string]any{"address": "10.8.0.1:443"}}}
+	if s, err = resolveJSON(t, m); err != nil || s.Pool[1].Probe == nil || s.Pool[1].Probe.DNS || s.Pool[1].Probe.Target != netip.MustParseAddrPort("10.8.0.1:443") {
+		t.Fatalf("explicit address: %+v, %v", s.Pool[1].Probe, err)
+	}
+
+	// Tuning without an address tunes the default.
+	m = map[string]any{"name": "proton", "wireguard": pool, "health": map[string]any{"probe": map[string]any{"interval": "10s", "failures": 2}}}
+	if s, err = resolveJSON(t, m); err != nil || s.Pool[1].Probe == nil || !s.Pool[1].Probe.DNS || s.Pool[1].Probe.Target != netip.MustParseAddrPort("10.3.0.1:53") ||
+		s.Pool[1].Probe.Interval != 10*time.Second || s.Pool[1].Probe.Failures != 2 {
+		t.Fatalf("interval and failures alone: %+v, %v", s.Pool[1].Probe, err)
+	}
+
+	bare := f.secondServer(t, "", "nl.vpn.example:51820")
+	m = map[string]any{"name": "proton", "wireguard": map[string]any{"configFile": bare}, "dns": map[string]any{"mode": "tunnel"}}
+	s, err = resolveJSON(t, m)
+	if err != nil || s.Probe != nil {
+		t.Fatalf("a server without DNS: probe %+v, %v; want none", s.Probe, err)
+	}
+	m["health"] = map[string]any{"probe": map[string]any{"interval": "10s"}}
+	_, err = resolveJSON(t, m)
+	wantErr(t, err, "health.probe.address", "no resolver to probe by default")
 }

@@ -54,7 +54,7 @@ type Spec struct {
 
 	HostLink *HostLinkSpec // nil when disabled
 
-	Probe   *ProbeSpec // nil: judge by WireGuard's timers only
+	Probe   *ProbeSpec // nil: judge by WireGuard's timers only (health.probe null, or no resolver)
 	Metrics *Listen    // nil when off
 
 	PortForward *PortForwardSpec // nil when off
@@ -94,7 +94,10 @@ type PeerSpec struct {
 
 // ProbeSpec is a resolved health probe.
 type ProbeSpec struct {
-	Target   netip.AddrPort // port 0: ICMP echo
+	Target netip.AddrPort // port 0: ICMP echo
+	// DNS: a DNS query over UDP to Target (the default probe, to the
+	// server's first resolver); otherwise a TCP connect or ICMP echo.
+	DNS      bool
 	Interval time.Duration
 	Failures int
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -67,9 +68,12 @@ type failover struct {
 	pool  []*config.Spec
 	now   func() time.Time
 
-	probe     *config.ProbeSpec
+	counted   *config.ProbeSpec // the probe the judge last counted for (probe)
 	nextProbe time.Time
 	inFlight  bool
+	// stopProbe cancels the probe in flight: a switch stops a probe of
+	// the old server (its resolver, which the new kill switch refuses).
+	stopProbe context.CancelFunc
 	gen       int // bumped on every switch: a probe result of an older server is dropped
 	results   chan probeResult
 
@@ -78,8 +82,9 @@ type failover struct {
 }
 
 type probeResult struct {
-	gen int
-	err error
+	gen    int
+	target netip.AddrPort
+	err    error
 }
 
 // failoverEngine is what the failover loop asks of the engine.
@@ -96,13 +101,10 @@ func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *
 	}
 	f := &failover{
 		eng: eng, inst: inst, log: log, out: out, pool: pool, now: time.Now,
-		probe:   inst.Spec.Probe,
 		results: make(chan probeResult, 1),
 	}
 	f.rec = liveness.Recovery{Pool: len(pool), Active: inst.Spec.Server}
-	if f.probe != nil {
-		f.judge.Failures = f.probe.Failures
-	}
+	f.probe()
 	f.publish()
 	return f
 }
@@ -110,8 +112,8 @@ func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *
 // reconfigure takes a reloaded config, s its active server: the pool's
 // servers (a later switch or retry uses the new ones; a new order or size
 // starts the recovery afresh, its counters kept) and the health probe (a
-// new one runs at once; a result of the old one still in flight is
-// dropped).
+// changed one runs at once; a result of the old one still in flight is
+// dropped, and the probe itself cancelled).
 func (f *failover) reconfigure(s *config.Spec) {
 	pool := s.Pool
 	if len(pool) == 0 {
@@ -121,14 +123,17 @@ func (f *failover) reconfigure(s *config.Spec) {
 		f.rec = liveness.Recovery{Pool: len(pool), Active: s.Server, MinBackoff: f.rec.MinBackoff, MaxBackoff: f.rec.MaxBackoff, Failovers: f.rec.Failovers, Attempts: f.rec.Attempts}
 	}
 	f.pool = pool
-	if !sameProbe(f.probe, s.Probe) {
-		f.probe = s.Probe
+	if !sameProbe(f.counted, s.Probe) {
 		failures := 0
-		if f.probe != nil {
-			failures = f.probe.Failures
+		if s.Probe != nil {
+			failures = s.Probe.Failures
 		}
 		f.judge.SetProbe(failures)
+		f.counted = s.Probe
 		f.gen++
+		if f.stopProbe != nil {
+			f.stopProbe()
+		}
 		f.nextProbe = time.Time{}
 	}
 	f.publish()
@@ -136,6 +141,20 @@ func (f *failover) reconfigure(s *config.Spec) {
 
 func sameProbe(a, b *config.ProbeSpec) bool {
 	return a == b || (a != nil && b != nil && *a == *b)
+}
+
+// probe is the active server's probe, nil when off: each server of a pool
+// has its own default (its first resolver), so the probe follows the
+// switches. The judge's Failures follow it (without a probe no failure
+// is recorded, so they do not matter then); counted remembers it, so that
+// a reload can tell a changed probe.
+func (f *failover) probe() *config.ProbeSpec {
+	p := f.inst.Spec.Probe
+	if p != nil {
+		f.judge.Failures = p.Failures
+	}
+	f.counted = p
+	return p
 }
 
 // probeSlack lets a probe due at a check's tick start on that tick: the
@@ -170,8 +189,8 @@ func (f *failover) tick(ctx context.Context, dev *deviceReading) {
 	if err == nil {
 		f.judge.Observe(sampleOf(d, f.inst.Spec, now))
 	}
-	if f.probe != nil && !now.Before(f.nextProbe) {
-		f.startProbe(ctx, now)
+	if p := f.probe(); p != nil && !now.Before(f.nextProbe) {
+		f.startProbe(ctx, now, p)
 	}
 	f.decide(ctx, now)
 }
@@ -194,37 +213,41 @@ func (f *failover) repairDrift(ctx context.Context, d *wireguard.Device) bool {
 }
 
 // startProbe runs one probe in the namespace, unless one is in flight.
-func (f *failover) startProbe(ctx context.Context, now time.Time) {
+func (f *failover) startProbe(ctx context.Context, now time.Time, p *config.ProbeSpec) {
 	if f.inFlight {
 		return
 	}
-	f.inFlight, f.nextProbe = true, now.Add(f.probe.Interval-probeSlack)
-	gen, name, target, to := f.gen, f.inst.Spec.Name, f.probe.Target, probeTimeout(f.probe.Interval)
+	f.inFlight, f.nextProbe = true, now.Add(p.Interval-probeSlack)
+	gen, name, to := f.gen, f.inst.Spec.Name, probeTimeout(p.Interval)
+	pctx, cancel := context.WithCancel(ctx)
+	f.stopProbe = cancel
 	go func() {
-		f.results <- probeResult{gen, liveness.Probe(ctx, name, target, to)}
+		defer cancel()
+		f.results <- probeResult{gen, p.Target, liveness.Check(pctx, name, p, to)}
 	}()
 }
 
 // probed takes a probe result.
 func (f *failover) probed(ctx context.Context, r probeResult) {
 	f.inFlight = false
-	if r.gen != f.gen {
+	p := f.probe()
+	if r.gen != f.gen || p == nil {
 		return
 	}
 	if r.err != nil {
 		f.probeFailures++
-		f.log.Info("probe failed", "target", f.probe.Target.String(), "err", r.err, "in a row", f.judge.ProbeFailures()+1)
+		f.log.Info("probe failed", "target", r.target.String(), "err", r.err, "in a row", f.judge.ProbeFailures()+1)
 		f.judge.Probe(false, r.err.Error())
 	} else {
 		f.judge.Probe(true, "")
 	}
 	now := f.now()
 	f.decide(ctx, now)
-	if n := f.judge.ProbeFailures(); r.err != nil && f.gen == r.gen && n > 0 && n < f.probe.Failures {
+	if n := f.judge.ProbeFailures(); r.err != nil && f.gen == r.gen && n > 0 && n < p.Failures {
 		// Confirm at once: the next probes run back to back, so a dead
 		// tunnel is judged within Failures timeouts of the first failure,
 		// not Failures intervals. Once judged, the interval applies again.
-		f.startProbe(ctx, now)
+		f.startProbe(ctx, now, p)
 	}
 }
 
@@ -267,6 +290,9 @@ func (s switcher) Switch(server int, retry bool) error {
 		return err
 	}
 	f.gen++
+	if f.stopProbe != nil {
+		f.stopProbe() // its result, of the old server, is dropped
+	}
 	f.judge.Reset()
 	f.nextProbe = time.Time{} // judge the new server at once
 	// Make it handshake even if the namespace idles now (its queued

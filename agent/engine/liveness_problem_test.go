@@ -24,3 +24,28 @@ func TestTunnelProblem(t *testing.T) {
 		}
 	}
 }
+
+// Issue 21.2: status names the tunnel in one of five words, never
+// "unknown"; exactly the states without a problem are alive and idle.
+func TestTunnelState(t *testing.T) {
+	for _, c := range []struct {
+		l    Liveness
+		want string
+	}{
+		{Liveness{Recovery: "healthy", Verdict: "alive"}, TunnelAlive},
+		{Liveness{Recovery: "healthy", Verdict: "idle"}, TunnelIdle},
+		{Liveness{Recovery: "healthy", Verdict: "unknown"}, TunnelIdle}, // just up: nothing judged yet
+		{Liveness{Recovery: "healthy", Verdict: "dead", Cause: "x"}, TunnelDead},
+		{Liveness{Recovery: "retrying", Verdict: "unknown", Cause: "x"}, TunnelFailingOver},
+		{Liveness{Recovery: "failing over", Verdict: "alive", Cause: "x"}, TunnelFailingOver},
+		{Liveness{Recovery: "every server dead", Verdict: "dead", Cause: "x"}, TunnelAllDead},
+	} {
+		got := c.l.TunnelState()
+		if got != c.want {
+			t.Errorf("%+v: %q, want %q", c.l, got, c.want)
+		}
+		if healthy := c.l.Problem() == ""; healthy != (got == TunnelAlive || got == TunnelIdle) {
+			t.Errorf("%+v: state %q but problem %q", c.l, got, c.l.Problem())
+		}
+	}
+}

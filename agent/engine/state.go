@@ -65,6 +65,35 @@ type Liveness struct {
 	Cause     string    `json:"cause,omitempty"`
 	Since     time.Time `json:"since"`
 	Failovers int       `json:"failovers"`
+	// State is what status shows (State()); not recorded by the agent.
+	State string `json:"state,omitempty"`
+}
+
+// Tunnel states status shows: one of these, never "unknown".
+const (
+	TunnelAlive       = "alive"
+	TunnelIdle        = "idle"
+	TunnelDead        = "dead"
+	TunnelFailingOver = "failing over"
+	TunnelAllDead     = "every server dead"
+)
+
+// TunnelState is the tunnel in one word: the recovery's state while it
+// is not healthy (a retry of the same server is failing over too), else
+// the verdict. No evidence yet (just up, a handshake in flight) is idle:
+// nothing was judged dead, and nothing has answered yet.
+func (l *Liveness) TunnelState() string {
+	switch {
+	case l.Recovery == "every server dead":
+		return TunnelAllDead
+	case l.Recovery != "" && l.Recovery != "healthy":
+		return TunnelFailingOver
+	case l.Verdict == "dead":
+		return TunnelDead
+	case l.Verdict == "alive":
+		return TunnelAlive
+	}
+	return TunnelIdle
 }
 
 // ReadState returns the recorded state, or os.ErrNotExist.

@@ -48,9 +48,14 @@ type verdict struct {
 // it (as provider files ship), an old handshake is fine while the tunnel
 // is idle, but not when it sent after rekeyAfter: a sending session
 // rekeys then, and WireGuard sends no data after rejectAfter without a
-// handshake. mark is the peer's txMark (zero Handshake: none yet).
+// handshake. A peer that never handshook and was never sent anything is
+// idle too: WireGuard handshakes only when it has something to send.
+// mark is the peer's txMark (zero Handshake: none yet).
 func judge(now time.Time, p peerSample, mark txMark) verdict {
 	if p.Handshake.IsZero() {
+		if p.TxBytes == 0 {
+			return verdict{Fresh: true, Idle: true}
+		}
 		return verdict{}
 	}
 	age := now.Sub(p.Handshake)

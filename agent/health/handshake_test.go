@@ -111,10 +111,14 @@ func TestHandshakeKeepalive(t *testing.T) {
 	}
 }
 
-// Never handshaken: not fresh (inspectPeers reports no handshake).
+// Never handshaken: not fresh once the tunnel sent (inspectPeers reports
+// no handshake); idle while nothing was sent (nothing needed one).
 func TestHandshakeNever(t *testing.T) {
-	if v := judge(time.Now(), peerSample{ID: "p"}, txMark{}); v.Fresh || v.Idle || v.Stale != "" {
-		t.Errorf("no handshake: %+v", v)
+	if v := judge(time.Now(), peerSample{ID: "p", TxBytes: 148}, txMark{}); v.Fresh || v.Idle || v.Stale != "" {
+		t.Errorf("no handshake, sent: %+v", v)
+	}
+	if v := judge(time.Now(), peerSample{ID: "p"}, txMark{}); !v.Fresh || !v.Idle || v.Stale != "" {
+		t.Errorf("no handshake, nothing sent: %+v, want fresh and idle", v)
 	}
 }
 

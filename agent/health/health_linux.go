@@ -23,6 +23,9 @@ type Target struct {
 	Tunnel wireguard.Tunnel
 	// Peers reads the WireGuard peers and flags a stale handshake.
 	Peers bool
+	// AgentJudges, with Peers: a running agent judges the tunnel (status
+	// shows its verdict); see inspectPeers.
+	AgentJudges bool
 	// Device, with Peers, is where they are read: the agent's reading of
 	// its own device. Nil: through wgctrl (wireguard.ReadDevice).
 	Device DeviceReader
@@ -69,7 +72,7 @@ func Inspect(t Target) *Report {
 	}
 	inspectLink(r, t.Spec, link)
 	if t.Peers {
-		inspectPeers(r, t.Device)
+		inspectPeers(r, t.Device, t.AgentJudges)
 	}
 	if s := t.Spec; s != nil && s.HostLink != nil {
 		if _, err := netlink.LinkByName(s.HostLink.HostIf); err != nil {

@@ -42,7 +42,7 @@ func TestInspectPeersFromTheReading(t *testing.T) {
 		LastHandshakeTime: hs, TransmitBytes: 1234, ReceiveBytes: 567, PersistentKeepaliveInterval: 25 * time.Second,
 	}}}}
 	r := &Report{Name: name, Interface: "vc-nopeer", Link: Link{Present: true, Up: true}}
-	inspectPeers(r, dev)
+	inspectPeers(r, dev, false)
 	if dev.asked != 1 {
 		t.Fatalf("the reading was asked %d times, want once", dev.asked)
 	}
@@ -55,8 +55,42 @@ func TestInspectPeersFromTheReading(t *testing.T) {
 	}
 	// A reading that failed is reported as such (the link is up).
 	r = &Report{Name: name, Interface: "vc-nopeer", Link: Link{Present: true, Up: true}}
-	inspectPeers(r, &fakeReading{err: errors.New("read wireguard \"vc-nopeer\": device closed")})
+	inspectPeers(r, &fakeReading{err: errors.New("read wireguard \"vc-nopeer\": device closed")}, false)
 	if !r.Has(WireGuardUnreadable) || !strings.Contains(r.Strings()[0], "device closed") {
 		t.Fatalf("a failed reading: %v", r.Strings())
+	}
+}
+
+// Issue 21.2: a peer that never handshook is idle while nothing was sent
+// (WireGuard handshakes only for something to send), healthy; one that
+// was sent to is a problem when status judges alone, and left to the
+// running agent's judgement (which gives the handshake REKEY_TIMEOUT)
+// when one runs.
+func TestInspectPeersNeverHandshaken(t *testing.T) {
+	name := "nopeer-test"
+	if _, err := os.Stat(names.StateDir(name)); err == nil {
+		t.Skipf("%s exists", names.StateDir(name))
+	}
+	k, _ := wgtypes.GeneratePrivateKey()
+	dev := func(tx int64) *fakeReading {
+		return &fakeReading{d: &wireguard.Device{Peers: []wgtypes.Peer{{PublicKey: k.PublicKey(), TransmitBytes: tx}}}}
+	}
+	for _, c := range []struct {
+		tx          int64
+		agentJudges bool
+		healthy     bool
+	}{
+		{0, false, true}, {0, true, true},
+		{148, false, false}, // an initiation sent, no answer, no agent
+		{148, true, true},   // the agent judges it
+	} {
+		r := &Report{Name: name, Interface: "vc-nopeer", Link: Link{Present: true, Up: true}}
+		inspectPeers(r, dev(c.tx), c.agentJudges)
+		if r.Healthy() != c.healthy || len(r.Peers) != 1 || r.Peers[0].LatestHandshake != nil {
+			t.Errorf("never handshaken, tx %d, agent judges %v: problems %v, peers %+v; want healthy %v", c.tx, c.agentJudges, r.Strings(), r.Peers, c.healthy)
+		}
+		if c.tx == 0 && !r.Peers[0].Idle {
+			t.Errorf("never handshaken, nothing sent: the peer is not shown idle")
+		}
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
@@ -37,6 +39,89 @@ func Probe(ctx context.Context, ns string, target netip.AddrPort, timeout time.D
 		return c.Close()
 	}
 	return pingOnce(ctx, ns, target.Addr())
+}
+
+// ProbeDNS checks once that the resolver at server answers a DNS query
+// from inside namespace ns, within timeout: a query for the root's NS
+// records over UDP, sent again every second until a reply with its ID
+// comes back. Any reply counts (an error code too): the probe asks
+// whether the path through the tunnel answers, not what the resolver
+// knows. The socket is created in the namespace, so the query goes where
+// the namespace's own lookups go: through the tunnel, to a resolver the
+// kill switch admits.
+func ProbeDNS(ctx context.Context, ns string, server netip.AddrPort, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var c *net.UDPConn
+	if err := netns.Do(ns, func() (err error) {
+		c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(server))
+		return err
+	}); err != nil {
+		return fmt.Errorf("dns %s: %w", server, shortErr(err))
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Now()) })
+	defer stop()
+	q := rootNSQuery(uint16(rand.Uint32()))
+	buf := make([]byte, 512)
+	end, _ := ctx.Deadline()
+	for {
+		if ctx.Err() != nil || !time.Now().Before(end) {
+			return fmt.Errorf("dns %s: no reply: timeout", server)
+		}
+		if _, err := c.Write(q); err != nil {
+			return fmt.Errorf("dns %s: %w", server, shortErr(err))
+		}
+		if next := time.Now().Add(dnsResend); next.Before(end) {
+			c.SetReadDeadline(next)
+		} else {
+			c.SetReadDeadline(end)
+		}
+		for {
+			n, err := c.Read(buf)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break // send again, unless the time is up
+			}
+			if err != nil {
+				return fmt.Errorf("dns %s: %w", server, shortErr(err))
+			}
+			if isReplyTo(buf[:n], q) {
+				return nil
+			}
+		}
+	}
+}
+
+// dnsResend is how long a DNS probe waits before it asks again (a
+// datagram may be lost; the probe's timeout bounds the whole).
+const dnsResend = time.Second
+
+// rootNSQuery is a DNS query for ". NS IN" with id (RFC 1035 4.1): the
+// header (id; flags with RD set; one question), the root name (a zero
+// length label), QTYPE NS (2), QCLASS IN (1). 17 bytes.
+func rootNSQuery(id uint16) []byte {
+	return []byte{
+		byte(id >> 8), byte(id), 0x01, 0x00, // ID, QR=0 opcode QUERY RD=1
+		0, 1, 0, 0, 0, 0, 0, 0, // QDCOUNT 1, AN/NS/ARCOUNT 0
+		0,    // the root name
+		0, 2, // QTYPE NS
+		0, 1, // QCLASS IN
+	}
+}
+
+// isReplyTo says whether b is a DNS response to query q: its ID and the
+// QR bit. Its content (answers, the response code) does not matter.
+func isReplyTo(b, q []byte) bool {
+	return len(b) >= 12 && b[0] == q[0] && b[1] == q[1] && b[2]&0x80 != 0
+}
+
+// Check runs probe p once from inside namespace ns: a DNS query (the
+// default probe), a TCP connection or an ICMP echo.
+func Check(ctx context.Context, ns string, p *config.ProbeSpec, timeout time.Duration) error {
+	if p.DNS {
+		return ProbeDNS(ctx, ns, p.Target, timeout)
+	}
+	return Probe(ctx, ns, p.Target, timeout)
 }
 
 var echoSeq uint16

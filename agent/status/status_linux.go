@@ -35,7 +35,8 @@ type Report struct {
 	DNS          []string `json:"dns,omitempty"`
 	HostLink     string   `json:"hostLink,omitempty"`
 	// Server is the active server of the pool; Tunnel the running
-	// agent's judgement of it (alive, idle, dead; the recovery's state).
+	// agent's judgement of it: its state (alive, idle, dead, failing
+	// over, every server dead), the recovery's state and the verdict.
 	Server *Server          `json:"server,omitempty"`
 	Tunnel *engine.Liveness `json:"tunnel,omitempty"`
 	// ForwardedPort is the port the provider forwards (0: none);
@@ -71,7 +72,11 @@ func Get(name string) (*Report, error) {
 	if stErr != nil && !netns.Exists(name) {
 		return nil, fmt.Errorf("namespace %s: %w", name, os.ErrNotExist)
 	}
-	t := health.Target{Name: name, Peers: true}
+	running := st != nil && st.PID > 0 && processAlive(st.PID)
+	// A running agent judges the tunnel every check, with its history;
+	// its verdict is the tunnel's state (a single reading here only adds
+	// the facts, and a stale handshake while sending).
+	t := health.Target{Name: name, Peers: true, AgentJudges: running && st.Liveness != nil}
 	if st != nil {
 		t.Interface = st.Interface
 		t.Forwarded = st.PortForward.Forwarded()
@@ -89,7 +94,6 @@ func Get(name string) (*Report, error) {
 		}
 	}
 	h := health.Inspect(t)
-	running := st != nil && st.PID > 0 && processAlive(st.PID)
 	switch {
 	case st == nil:
 		h.Add(health.StateMissing, "namespace exists but no agent state (left by a crash?); run vpn-agent up or down")
@@ -111,6 +115,9 @@ func Get(name string) (*Report, error) {
 		r.Server = &Server{Index: st.Server, Pool: pool, ConfigFile: st.ServerConfig, Endpoint: st.Endpoint}
 		if running {
 			r.Tunnel = st.Liveness
+			if r.Tunnel != nil {
+				r.Tunnel.State = r.Tunnel.TunnelState()
+			}
 			r.PortForward = st.PortForward
 			if st.PortForward != nil {
 				r.ForwardedPort = st.PortForward.Port

@@ -312,10 +312,15 @@ let
       probeOnly =
         (eval (withBase { services.vpnConfinement.namespaces.vpn.health.probe.address = "10.2.0.1"; }))
         .services.vpnConfinement.namespaces.vpn.generatedConfig;
+      # Issue 21.3: enable = false is "probe": null (off, not the default).
+      probeOff =
+        (eval (withBase { services.vpnConfinement.namespaces.vpn.health.probe.enable = false; }))
+        .services.vpnConfinement.namespaces.vpn.generatedConfig;
     in
     lib.optional (got != newOptionsJSON) "new options: generated ${builtins.toJSON got}, want ${builtins.toJSON newOptionsJSON}"
     ++ lib.optional (unset ? health || unset ? metrics || unset.wireguard ? configFiles) "new options: unset, yet in the JSON: ${builtins.toJSON unset}"
-    ++ lib.optional (probeOnly.health != { probe.address = "10.2.0.1"; }) "new options: a probe address alone generated ${builtins.toJSON probeOnly.health}";
+    ++ lib.optional (probeOnly.health != { probe.address = "10.2.0.1"; }) "new options: a probe address alone generated ${builtins.toJSON probeOnly.health}"
+    ++ lib.optional (!(probeOff ? health) || probeOff.health != { probe = null; }) "health.probe.enable = false generated ${builtins.toJSON (probeOff.health or null)}, want {\"probe\":null}";
 
   # Port forwarding (issue 14): every option and the JSON it must map to,
   # field for field; enabled alone, "natpmp" with the enums' defaults;
@@ -441,6 +446,15 @@ let
 
   # What only NixOS knows: each must trip a module assertion containing `expect`.
   cases = {
+    probe-off-and-set = {
+      config = withBase {
+        services.vpnConfinement.namespaces.vpn.health.probe = {
+          enable = false;
+          address = "10.2.0.1:53";
+        };
+      };
+      expect = "health.probe.enable = false, but health.probe.address";
+    };
     secret-in-store = {
       config = withBase { services.vpnConfinement.namespaces.vpn.wireguard.configFile = "/nix/store/abc-wg.conf"; };
       expect = "points into the world-readable Nix store";

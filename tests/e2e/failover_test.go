@@ -56,6 +56,10 @@ func withProbe(c *config.Config) {
 	c.Health.Probe = &config.Probe{Address: harness.AP(testbed.PoolProbe4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
 }
 
+// noProbe turns the probe off, the default one too ("probe": null), so
+// that WireGuard's timers alone decide (and an idle tunnel shows idle).
+func noProbe(c *config.Config) { c.Health.NoProbe = true }
+
 func (s *poolSite) run(t *testing.T) {
 	t.Helper()
 	s.d = s.ag.Run(t, s.path)
@@ -191,7 +195,7 @@ func bindMount(t *testing.T, name string) string {
 // rewritten in place (a bind mount sees the second server's resolver).
 func TestFailoverUnderTraffic(t *testing.T) {
 	t.Parallel()
-	s := newPoolSite(t, "", both, nil)
+	s := newPoolSite(t, "", both, noProbe)
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
 	mounted := bindMount(t, s.name)
@@ -487,7 +491,7 @@ func TestUpWaitHandshake(t *testing.T) {
 // instead of "failing over" for ever.
 func TestFailoverThenIdle(t *testing.T) {
 	t.Parallel()
-	s := newPoolSite(t, "", both, nil)
+	s := newPoolSite(t, "", both, noProbe)
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
 	stopStream := s.stream(harness.Marker("stream"))
@@ -523,9 +527,10 @@ func TestFailoverThenIdle(t *testing.T) {
 
 // An idle tunnel is not dead: status exits 0, says idle, and shows the
 // handshake's age. Positive control: right after traffic it says alive.
+// The probe is off: a probe that answers keeps the verdict alive.
 func TestStatusIdle(t *testing.T) {
 	t.Parallel()
-	s := newPoolSite(t, "", func(p *harness.Pool) []string { return []string{p.FileA} }, nil)
+	s := newPoolSite(t, "", func(p *harness.Pool) []string { return []string{p.FileA} }, noProbe)
 	s.run(t)
 	s.mustWork(t, 10*time.Second, 0, "before")
 	verdict := func() (int, any, map[string]any) {

@@ -26,6 +26,8 @@ func newHealthzSite(t *testing.T, files func(p *harness.Pool) []string, probe bo
 	s := newPoolSite(t, "", files, func(c *config.Config) {
 		if probe {
 			withProbe(c)
+		} else {
+			noProbe(c)
 		}
 		c.Metrics.Listen = "unix:" + sock
 	})

@@ -22,7 +22,8 @@ func TestHandshakeStaleWhileSending(t *testing.T) {
 	// IPv6 blocked: the kernel's router solicitations (backing off
 	// forever) would be traffic a real WireGuard rekeys for at 120 s, but
 	// not at the lowered limit.
-	c := newConfined(t, harness.AgentOptions{IPv6: "block"})
+	// The probe off: its queries would be the tunnel sending, every 30 s.
+	c := newConfined(t, harness.AgentOptions{IPv6: "block", Edit: noProbe})
 	c.ag.Bin = env.hooksBin
 	c.ag.Env = []string{"VPN_AGENT_TEST_HOOKS=1", "VPN_AGENT_TEST_REKEY_AFTER=12s", "VPN_AGENT_TEST_REJECT_AFTER=14s"}
 	c.d = c.ag.Run(t, c.path)
