@@ -195,6 +195,11 @@ var jsonCases = []jsonCase{
 	{"onChange relative", "portForwarding.onChange[0]", func(m map[string]any, _ string, _ keys) {
 		m["portForwarding"] = map[string]any{"natpmp": map[string]any{}, "onChange": []any{"port-changed.sh"}}
 	}},
+	// Issue 20: a metrics socket under /tmp (the test's directory is
+	// there), where any user may create names on its path.
+	{"metrics socket under /tmp", "metrics.listen: directory /tmp is writable by group or others", func(m map[string]any, dir string, _ keys) {
+		m["metrics"] = map[string]any{"listen": "unix:" + filepath.Join(dir, "metrics", "m.sock")}
+	}},
 }
 
 // TestBadInput runs every case through validate, up and run.
