@@ -1,17 +1,13 @@
 package health
 
 import (
-	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
-	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
@@ -24,20 +20,7 @@ import (
 // Not parallel: it lowers the test process's descriptor limit.
 func TestInspectPolicyUnreadableIsNotMissing(t *testing.T) {
 	testenv.NeedRoot(t, "network namespaces, nftables")
-	id, err := testbed.NewID("hu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testbed.Remove(id) })
-	if err := netns.Create(id); err != nil {
-		t.Fatal(err)
-	}
-	s := &config.Spec{
-		Name: id, Backend: config.BackendAuto, Interface: names.Tunnel(id),
-		Addresses: []netip.Prefix{netip.MustParsePrefix("10.2.0.2/32")}, MTU: config.DefaultMTU,
-		Peers:   []config.PeerSpec{{Endpoint: "198.51.100.1:51820", AllowedIPs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
-		DNSMode: config.DNSStrict, DNS: []netip.Addr{netip.MustParseAddr("10.2.0.1")},
-	}
+	id, s := testNamespace(t, "hu")
 	if err := policy.Apply(policy.Compile(s), names.Netns(id)); err != nil {
 		t.Fatal(err)
 	}
