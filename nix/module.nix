@@ -561,8 +561,14 @@ let
             Where the agent serves `/metrics` (Prometheus), `/healthz` (200
             when healthy, 503 with the problems otherwise) and `/readyz`
             (200 once the namespace is up), in the host's network namespace:
-            `IP:port`, or `unix:/absolute/path` for a socket (mode 0660).
-            Each namespace needs its own address. `null`: off.
+            `IP:port`, or `unix:/absolute/path` for a socket (mode 0660; every
+            directory on its path must be root's and not writable by group or
+            others, so not /tmp). Each namespace needs its own address. The
+            endpoints have no authentication and /metrics shows the VPN
+            server's endpoint, the config file's path and the forwarded port:
+            `0.0.0.0` or `::` (every address, the LAN's too) gives a warning;
+            prefer a unix socket, 127.0.0.1, or one host address that the
+            host's firewall opens to the scraper alone. `null`: off.
           '';
         };
 
@@ -826,6 +832,12 @@ let
 
   nsList = mapAttrsToList (name: ns: { inherit name ns; }) cfg.namespaces;
 
+  # "0.0.0.0:PORT", "[::]:PORT" (any spelling of the zero address, e.g.
+  # "[0::0]") or "[::ffff:0.0.0.0]:PORT": the unspecified address, as Go's
+  # netip says (config.Listen.Exposed).
+  metricsOnEveryAddress =
+    l: l != null && builtins.match "(0\\.0\\.0\\.0|\\[[0:]+]|\\[::ffff:0\\.0\\.0\\.0]):[0-9]+" l != null;
+
   serviceAssertions = lib.flatten (
     mapAttrsToList (
       svc: s:
@@ -1024,7 +1036,13 @@ in
     ++ serviceAssertions;
 
     warnings =
+      # As `vpn-agent validate` warns (config.Listen.Exposed): metrics on
+      # every address of the host.
       mapAttrsToList (
+        name: ns:
+        "services.vpnConfinement.namespaces.${builtins.toJSON name}.metrics.listen = ${builtins.toJSON ns.metrics.listen} serves /metrics and /healthz on every address of this host, without authentication: anyone who reaches it (the LAN too) sees the VPN server's endpoint, the config file's path and the forwarded port; listen on 127.0.0.1 or a unix: socket instead, or on one host address behind the host's firewall."
+      ) (filterAttrs (_: ns: metricsOnEveryAddress ns.metrics.listen) cfg.namespaces)
+      ++ mapAttrsToList (
         svc: _:
         "systemd.services.${builtins.toJSON svc}.vpnConfinement.bypassResolverIsolation is set: the service can reach nscd, systemd-resolved and the D-Bus system bus, which resolve names outside the tunnel (DNS leak)."
       ) (filterAttrs (_: s: s.vpnConfinement.bypassResolverIsolation) confinedServices)

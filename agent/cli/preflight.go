@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -22,7 +23,9 @@ import (
 // anything is changed: an endpoint name that does not resolve, a kernel
 // backend without the module, and, for a namespace that is not up yet
 // (its own tunnel would hold them), an interface name or listen port
-// already taken in the host's namespace. Each is a *config.FieldError.
+// already taken in the host's namespace; and a unix metrics socket in a
+// directory someone other than root could change (issue 20). Each is a
+// *config.FieldError.
 func preflight(eng *engine.Engine, s *config.Spec) error {
 	// The first server is the one the agent brings up (a pool's others are
 	// resolved when it fails over to them).
@@ -31,6 +34,11 @@ func preflight(eng *engine.Engine, s *config.Spec) error {
 	}
 	if _, err := eng.Backend(s); err != nil {
 		return err
+	}
+	if m := s.Metrics; m != nil && m.Network == "unix" {
+		if err := config.CheckSocketDir("metrics.listen", filepath.Dir(m.Address)); err != nil {
+			return err
+		}
 	}
 	if up(s.Name) {
 		return nil

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
@@ -71,6 +72,9 @@ func cmdValidate(args []string, out io.Writer) int {
 func reportOK(out io.Writer, s *config.Spec, static bool) {
 	for _, w := range s.Warnings {
 		fmt.Fprintf(out, "warning: %s\n", w)
+	}
+	if w := s.Metrics.Exposed(); w != "" {
+		fmt.Fprintf(os.Stderr, "vpn-agent: warning: %s\n", w)
 	}
 	what := "tunnel from the wg-quick file"
 	if len(s.Addresses) > 0 || !static {

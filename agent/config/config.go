@@ -194,8 +194,10 @@ type Probe struct {
 // namespace is up).
 type Metrics struct {
 	// Listen is an address in the host namespace: "127.0.0.1:9586",
-	// "[::1]:9586", or "unix:/run/vpn-confinement/NAME.metrics.sock".
-	// Empty: off.
+	// "[::1]:9586", or "unix:/run/vpn-confinement/NAME.metrics.sock" (in
+	// directories only root may change; the socket is mode 0660). 0.0.0.0
+	// or :: is accepted with a warning: the endpoints have no
+	// authentication (see "The metrics listener"). Empty: off.
 	Listen string `json:"listen,omitempty"`
 }
 

@@ -163,6 +163,39 @@
 // endpoint, a peer, the key set through `wg` or netlink). A server that
 // roams (answers from a new address) is reset to its configured endpoint.
 //
+// # The metrics listener
+//
+// metrics.listen serves /metrics, /healthz and /readyz without
+// authentication, and /metrics names the VPN server's endpoint, the
+// config file's path and the forwarded port. On 0.0.0.0 or :: anyone
+// who reaches the host, the LAN included, reads them: `vpn-agent
+// validate` warns on stderr (exit 0), the agent logs the warning at
+// start and the NixOS module adds it to `warnings`. Prefer a unix
+// socket, or 127.0.0.1, or one host address whose port the host's
+// firewall opens to the scraper alone. (An address needs a host:
+// ":9586" is refused.)
+//
+// The listener holds at most 32 connections at once, and closes one that
+// sends no request header within 3 s or idles 5 s between requests;
+// further connections wait in the kernel's queue, holding nothing of the
+// agent's. A flood of connections by a local user thus takes none of the
+// file descriptors and memory the watchdog, the NAT-PMP renewals and the
+// health checks need (the agent also runs with its soft descriptor limit
+// raised to the hard one). A kill switch or host table the agent cannot
+// read (for want of a descriptor, or otherwise) is reported as "cannot
+// check", not as missing.
+//
+// A unix socket ("unix:/run/vpn-confinement/NAME.metrics.sock") may only
+// be in directories root alone may change: every existing directory on
+// its path, from / down, and every symbolic link on the way, must be
+// owned by root and not writable by group or others (so not /tmp, sticky
+// or not). Otherwise validate, up and run refuse it with exit 2, naming
+// the directory and the fix; whoever may create names there could swap
+// the socket for a link while root works on it. Missing directories are
+// created root's, mode 0755. The socket is created mode 0660 (its owner,
+// root, and its group may connect) by the umask of the thread that binds
+// it, never by a chmod of its path.
+//
 // # Fields
 package config
 

@@ -75,7 +75,25 @@ func readTrusted(path string, r fileRule) ([]byte, error) {
 
 // resolveTrusted follows path's symbolic links one component at a time
 // and refuses a link that is not root's (or the agent user's).
-func resolveTrusted(path string, r fileRule) (string, error) {
+func resolveTrusted(path string, r fileRule) (string, error) { return walkTrusted(path, r, false) }
+
+// CheckSocketDir checks the directory dir a unix socket the agent (root)
+// creates goes in, for field: every component that exists, from / down,
+// each symbolic link on the way and what it points at, must be a
+// directory owned by root (or the agent's user) and not writable by
+// group or others. A sticky world-writable directory such as /tmp is
+// refused too: whoever may create names in a directory on the path may
+// swap what the agent binds, removes or acts on there. The components
+// that do not exist yet are the agent's to create (root's, 0755).
+func CheckSocketDir(field, dir string) error {
+	_, err := walkTrusted(dir, fileRule{field: field, deny: 0o022, what: "writable"}, true)
+	return err
+}
+
+// walkTrusted is resolveTrusted; with dirs, every directory on the way
+// is checked as CheckSocketDir says, and a missing component ends the
+// walk without an error (the rest is returned unresolved).
+func walkTrusted(path string, r fileRule, dirs bool) (string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return "", fieldErr(r.field, "", "%s: %v", path, err)
@@ -88,11 +106,19 @@ func resolveTrusted(path string, r fileRule) (string, error) {
 		st, err := os.Lstat(next)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
+				if dirs {
+					return filepath.Join(append([]string{next}, rest...)...), nil
+				}
 				return "", fieldErr(r.field, "create the file or fix the path", "%s does not exist", path)
 			}
 			return "", fieldErr(r.field, "make it readable by the agent (root)", "cannot read %s: %v", path, unwrapPathErr(err))
 		}
 		if st.Mode()&os.ModeSymlink == 0 {
+			if dirs {
+				if err := r.checkDir(next, st); err != nil {
+					return "", err
+				}
+			}
 			done = next
 			continue
 		}
@@ -125,6 +151,30 @@ func (r fileRule) checkOwner(path string, st os.FileInfo, what string) error {
 		return fieldErr(r.field, fmt.Sprintf("run chown root %s (only root may control what the agent reads)", path), "%s %s is owned by uid %d, not root", what, path, uid)
 	}
 	return nil
+}
+
+// checkDir requires a directory owned by root (or the agent's user)
+// without r.deny's permission bits: one only root may change.
+func (r fileRule) checkDir(path string, st os.FileInfo) error {
+	const elsewhere = "or choose a path in a directory only root may change, such as /run/vpn-confinement"
+	if !st.IsDir() {
+		return fieldErr(r.field, "fix the path", "%s is not a directory", path)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Geteuid() {
+		return fieldErr(r.field, fmt.Sprintf("run chown root %s, %s", path, elsewhere), "directory %s is owned by uid %d, not root: its owner could swap the socket's path", path, sys.Uid)
+	}
+	if perm := st.Mode().Perm(); perm&r.deny != 0 {
+		return fieldErr(r.field, fmt.Sprintf("run chmod %s %s, %s", fixMode(perm, r.deny), path, elsewhere), "directory %s is %s by group or others (mode %04o): they could swap the socket's path", path, r.what, st.Mode().Perm()|sticky(st))
+	}
+	return nil
+}
+
+// sticky is st's sticky bit as a chmod digit (01000), for messages.
+func sticky(st os.FileInfo) os.FileMode {
+	if st.Mode()&os.ModeSticky != 0 {
+		return 0o1000
+	}
+	return 0
 }
 
 // fixMode is perm without the denied bits, as chmod wants it.

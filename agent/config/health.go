@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -115,6 +116,21 @@ func resolveMetrics(c *Config, s *Spec) error {
 	}
 	s.Metrics = &Listen{Network: "tcp", Address: ap.String()}
 	return nil
+}
+
+// Exposed is a warning when l listens on every address of the host
+// (0.0.0.0 or ::), else "": the endpoints have no authentication, and
+// /metrics shows the VPN server's endpoint, the config file's path and
+// the forwarded port to whoever reaches them, the LAN included.
+func (l *Listen) Exposed() string {
+	if l == nil || l.Network != "tcp" {
+		return ""
+	}
+	ap, err := netip.ParseAddrPort(l.Address)
+	if err != nil || !ap.Addr().Unmap().IsUnspecified() {
+		return ""
+	}
+	return fmt.Sprintf("metrics.listen %s serves /metrics and /healthz on every address of this host, without authentication: anyone who reaches it (the LAN too) sees the VPN server's endpoint, the config file's path and the forwarded port; listen on 127.0.0.1 or a unix: socket instead, or on one host address behind the host's firewall", l.Address)
 }
 
 // String is the address as configured.

@@ -74,6 +74,7 @@ func TestProbeAndMetrics(t *testing.T) {
 		{map[string]any{"probe": map[string]any{"address": "10.2.0.1:53", "failures": 1000}}, nil, "health.probe.failures", "out of range"},
 		{nil, map[string]any{"listen": "localhost"}, "metrics.listen", "is not"},
 		{nil, map[string]any{"listen": "unix:relative.sock"}, "metrics.listen", "absolute"},
+		{nil, map[string]any{"listen": ":9586"}, "metrics.listen", "is not"}, // no host: never every address by omission
 	} {
 		m := f.structured()
 		if tc.health != nil {
@@ -156,4 +157,25 @@ func TestDefaultProbe(t *testing.T) {
 	m["health"] = map[string]any{"probe": map[string]any{"interval": "10s"}}
 	_, err = resolveJSON(t, m)
 	wantErr(t, err, "health.probe.address", "no resolver to probe by default")
+}
+
+// Issue 20: metrics.listen on every address of the host is accepted with
+// a warning (the endpoints have no authentication); a loopback, a single
+// host address or a unix socket is not warned about.
+func TestMetricsExposed(t *testing.T) {
+	for addr, warn := range map[string]bool{
+		"0.0.0.0:9586": true, "[::]:9586": true, "[::ffff:0.0.0.0]:9586": true,
+		"127.0.0.1:9586": false, "[::1]:9586": false, "192.168.1.5:9586": false,
+	} {
+		w := (&Listen{Network: "tcp", Address: addr}).Exposed()
+		if (w != "") != warn || warn && !strings.Contains(w, "without authentication") {
+			t.Errorf("%s: warning %q, want one: %v", addr, w, warn)
+		}
+	}
+	if w := (&Listen{Network: "unix", Address: "/run/vpn-confinement/x.sock"}).Exposed(); w != "" {
+		t.Errorf("unix socket: %q", w)
+	}
+	if w := (*Listen)(nil).Exposed(); w != "" {
+		t.Errorf("metrics off: %q", w)
+	}
 }

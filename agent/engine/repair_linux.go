@@ -18,7 +18,7 @@ func (e *Engine) Repair(ctx context.Context, inst *Instance, rep *health.Report)
 	}
 	sys := e.sys()
 	var errs []error
-	if rep.Has(health.PolicyMissing) || rep.Has(health.PolicyChanged) {
+	if rep.Has(health.PolicyMissing) || rep.Has(health.PolicyChanged) || rep.Has(health.PolicyUnreadable) {
 		errs = append(errs, wrap("repair kill switch", applyPolicy(sys.fw, inst.Spec, inst.forwarded, false)))
 	}
 	tunnel := rep.Has(health.TunnelMissing) || rep.Has(health.DataPlaneDead)

@@ -78,7 +78,9 @@ func Inspect(t Target) *Report {
 		if _, err := netlink.LinkByName(s.HostLink.HostIf); err != nil {
 			r.Add(HostLinkMissing, "host link %s missing", s.HostLink.HostIf)
 		}
-		if ok, err := hostPolicyMatches(s, host); err != nil || !ok {
+		if ok, err := hostPolicyMatches(s, host); err != nil {
+			r.Add(HostPolicyMissing, "cannot check the host table for %s: %v", s.Name, err)
+		} else if !ok {
 			r.Add(HostPolicyMissing, "host table for %s missing or changed", s.Name)
 		}
 	}

@@ -27,7 +27,11 @@ func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded, g *Gate[Poli
 	}
 	defer func() { g.verified(p, s, fwd, r.Policy.Loaded && r.Policy.Matches, r.Policy) }()
 	st, err := policy.Inspect(names.Netns(r.Name), names.Table)
-	if err != nil || !st.Loaded {
+	if err != nil {
+		r.Add(PolicyUnreadable, "cannot check the kill-switch table: %v", err)
+		return
+	}
+	if !st.Loaded {
 		r.Add(PolicyMissing, "kill-switch table is NOT loaded")
 		return
 	}

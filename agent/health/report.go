@@ -36,6 +36,11 @@ const (
 	// file: the tunnel does not carry traffic (failing over, or every
 	// server of the pool dead).
 	TunnelDead
+
+	// The kill-switch table could not be read (e.g. no file descriptor
+	// left): whether it is loaded is unknown, which is not "missing". The
+	// repair re-applies it all the same (atomically: never open).
+	PolicyUnreadable
 )
 
 // Problem is one thing wrong with a namespace.

@@ -22,20 +22,7 @@ import (
 func TestWatcherCatchesChangesOnTheNextCheck(t *testing.T) {
 	testenv.NeedRoot(t, "network namespaces, nftables")
 	testenv.NeedTools(t, "nft", "ip", "nsenter") // the tamperers
-	id, err := testbed.NewID("hw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testbed.Remove(id) })
-	if err := netns.Create(id); err != nil {
-		t.Fatal(err)
-	}
-	s := &config.Spec{
-		Name: id, Backend: config.BackendAuto, Interface: names.Tunnel(id),
-		Addresses: []netip.Prefix{netip.MustParsePrefix("10.2.0.2/32")}, MTU: config.DefaultMTU,
-		Peers:   []config.PeerSpec{{Endpoint: "198.51.100.1:51820", AllowedIPs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
-		DNSMode: config.DNSStrict, DNS: []netip.Addr{netip.MustParseAddr("10.2.0.1")},
-	}
+	id, s := testNamespace(t, "hw")
 	// A stand-in for the tunnel link, up, with the default route through it.
 	if err := testbed.AddVeth(testbed.End{NS: id, Name: s.Interface, Addrs: s.Addresses, NoIPv6: true}, testbed.End{NS: id, Name: id + "p", Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}, NoIPv6: true}); err != nil {
 		t.Fatal(err)
@@ -158,5 +145,25 @@ func TestWatcherCatchesChangesOnTheNextCheck(t *testing.T) {
 	ipNS("link", "set", s.Interface, "down")
 	if r := check("after ip link set down", false, true); !r.Has(TunnelMissing) {
 		t.Fatalf("the tunnel link set down was not caught on the next check: %v", r.Strings())
+	}
+}
+
+// testNamespace makes a fresh namespace (removed at cleanup) and the
+// spec of a tunnel in it; nothing else is in it yet.
+func testNamespace(t *testing.T, prefix string) (string, *config.Spec) {
+	t.Helper()
+	id, err := testbed.NewID(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testbed.Remove(id) })
+	if err := netns.Create(id); err != nil {
+		t.Fatal(err)
+	}
+	return id, &config.Spec{
+		Name: id, Backend: config.BackendAuto, Interface: names.Tunnel(id),
+		Addresses: []netip.Prefix{netip.MustParsePrefix("10.2.0.2/32")}, MTU: config.DefaultMTU,
+		Peers:   []config.PeerSpec{{Endpoint: "198.51.100.1:51820", AllowedIPs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}},
+		DNSMode: config.DNSStrict, DNS: []netip.Addr{netip.MustParseAddr("10.2.0.1")},
 	}
 }

@@ -85,26 +85,40 @@ type Server struct {
 	log  *slog.Logger
 }
 
+// Timeouts of the metrics server: short, so that a connection that
+// sends nothing, or idles between scrapes, gives its slot (MaxConns)
+// back within seconds.
+const (
+	readHeaderTimeout = 3 * time.Second
+	idleTimeout       = 5 * time.Second
+)
+
 // Listen opens l (in the calling thread's network namespace: the host's
-// for the agent) and serves h on it. A unix socket's stale file (a
-// socket nobody answers on) is removed first; the socket is made mode
-// 0660 and removed by Close. Failing to listen is a *config.FieldError
-// naming metrics.listen.
+// for the agent) and serves h on it, at most MaxConns connections at
+// once. A unix socket's directories must be root's alone
+// (config.CheckSocketDir); its stale file (a socket nobody answers on)
+// is removed first; it is created mode 0660 and removed by Close.
+// Failing to listen is a *config.FieldError naming metrics.listen.
 func Listen(l *config.Listen, h http.Handler, log *slog.Logger) (*Server, error) {
-	if log == nil {
-		log = slog.Default()
-	}
 	ln, err := listen(l)
 	if err != nil {
 		return nil, err
 	}
+	return serve(l, limit(ln, MaxConns), h, log), nil
+}
+
+// serve serves h on ln (Listen's bound already applied, or not: tests).
+func serve(l *config.Listen, ln net.Listener, h http.Handler, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
 	s := &Server{
 		srv: &http.Server{
 			Handler:           h,
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       10 * time.Second,
-			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       60 * time.Second,
+			ReadHeaderTimeout: readHeaderTimeout,
+			ReadTimeout:       5 * time.Second,
+			WriteTimeout:      15 * time.Second,
+			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    16 << 10,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
@@ -116,48 +130,49 @@ func Listen(l *config.Listen, h http.Handler, log *slog.Logger) (*Server, error)
 			log.Error("metrics server stopped", "listen", l.String(), "err", err)
 		}
 	}()
-	log.Info("serving metrics", "listen", l.String())
-	return s, nil
+	log.Info("serving metrics", "listen", l.String(), "maxConnections", MaxConns)
+	if w := l.Exposed(); w != "" {
+		log.Warn(w)
+	}
+	return s
 }
 
 // Addr is the address listened on (a tcp port 0 resolved).
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 func listen(l *config.Listen) (net.Listener, error) {
-	bad := func(err error) error {
-		fix := "choose a free address, or stop what listens there"
-		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
-			fix = "choose an address the agent may bind"
-		}
-		return &config.FieldError{Field: "metrics.listen", Msg: fmt.Sprintf("cannot listen on %s: %v", l, cause(err)), Fix: fix}
-	}
 	switch l.Network {
 	case "tcp":
 		ln, err := net.Listen("tcp", l.Address)
 		if err != nil {
-			return nil, bad(err)
+			return nil, listenErr(l, err)
 		}
 		return ln, nil
 	case "unix":
-		// Its directory, e.g. /run/vpn-confinement before the first Up.
-		if err := os.MkdirAll(filepath.Dir(l.Address), 0o755); err != nil {
-			return nil, bad(err)
+		if err := config.CheckSocketDir("metrics.listen", filepath.Dir(l.Address)); err != nil {
+			return nil, err
 		}
-		if err := removeStale(l.Address); err != nil {
-			return nil, &config.FieldError{Field: "metrics.listen", Msg: err.Error(), Fix: "remove the file or choose another path"}
-		}
-		ln, err := net.Listen("unix", l.Address)
+		ln, err := listenUnix(l.Address)
 		if err != nil {
-			return nil, bad(err)
+			var fe *config.FieldError
+			if errors.As(err, &fe) {
+				return nil, err
+			}
+			return nil, listenErr(l, err)
 		}
-		ln.(*net.UnixListener).SetUnlinkOnClose(true)
-		if err := os.Chmod(l.Address, 0o660); err != nil {
-			ln.Close()
-			return nil, bad(err)
-		}
+		ln.SetUnlinkOnClose(true)
 		return ln, nil
 	}
 	return nil, &config.FieldError{Field: "metrics.listen", Msg: fmt.Sprintf("unknown network %q", l.Network)}
+}
+
+// listenErr is a failed listen on l, as a FieldError naming the field.
+func listenErr(l *config.Listen, err error) error {
+	fix := "choose a free address, or stop what listens there"
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		fix = "choose an address the agent may bind"
+	}
+	return &config.FieldError{Field: "metrics.listen", Msg: fmt.Sprintf("cannot listen on %s: %v", l, cause(err)), Fix: fix}
 }
 
 // cause is err's innermost errno ("address already in use"), else err.
@@ -170,8 +185,8 @@ func cause(err error) error {
 }
 
 // removeStale removes a socket file at path that no one answers on. Any
-// other file is left alone (an error), as is a live socket (then the
-// listen fails: address in use).
+// other file (a symbolic link too: it is not followed) is left alone (an
+// error), as is a live socket (then the listen fails: address in use).
 func removeStale(path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -8,13 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 )
 
 func TestListenUnix(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "m.sock")
+	path := filepath.Join(testenv.RootDir(t), "m.sock")
 	// A stale socket file (its listener gone without unlinking) is replaced.
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -64,13 +66,18 @@ func TestListenUnix(t *testing.T) {
 }
 
 func TestListenUnixMakesDir(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "vpn-confinement", "m.sock") // as /run/vpn-confinement before the first up
+	path := filepath.Join(testenv.RootDir(t), "vpn-confinement", "m.sock") // as /run/vpn-confinement before the first up
 	s, _ := fakeSpec(t)
 	srv, err := Listen(&config.Listen{Network: "unix", Address: path}, New(s).Handler(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.Close()
+	// Made root's, 0755, whatever the process's umask.
+	fi, err := os.Stat(filepath.Dir(path))
+	if err != nil || fi.Mode().Perm() != 0o755 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("made directory: %v %v, want root's, mode 0755", fi.Mode(), err)
+	}
 }
 
 func TestListenTCPInUse(t *testing.T) {

@@ -812,6 +812,25 @@ let
     ) "bypass: no warning"
     ++ lib.optional (cfg.systemd.services.web.serviceConfig.NetworkNamespacePath != "/run/netns/vpn") "bypass: sole namespace not used as the default";
 
+  # metrics.listen on every address of the host warns (issue 20), as
+  # `vpn-agent validate` does; a loopback address does not.
+  metricsWarningChecks =
+    let
+      warned =
+        listen:
+        lib.any (w: lib.hasInfix "metrics.listen" w && lib.hasInfix "without authentication" w) (
+          eval (withBase { services.vpnConfinement.namespaces.vpn.metrics.listen = listen; })
+        ).warnings;
+    in
+    lib.concatMap (l: lib.optional (!warned l) "metrics.listen ${l}: no warning") [
+      "0.0.0.0:9586"
+      "[::]:9586"
+    ]
+    ++ lib.concatMap (l: lib.optional (warned l) "metrics.listen ${l}: a warning") [
+      "127.0.0.1:9586"
+      "unix:/run/vpn-confinement/vpn.metrics.sock"
+    ];
+
   # restartWithAgent (issue 12 item 20): the agent wants only long-running
   # services something starts; never a template, a oneshot, a socket- or
   # timer-activated unit; false opts out; true on a oneshot is refused.
@@ -896,6 +915,7 @@ in
     ++ buildCaseFailures
     ++ exampleChecks
     ++ bypassChecks
+    ++ metricsWarningChecks
     ++ restartChecks
     ++ nscdChecks
     ++ kernelChecks

@@ -208,6 +208,11 @@ var jsonCases = []jsonCase{
 	{"field name in capitals", `DNS: unknown field "DNS" (did you mean "dns"?)`, func(m map[string]any, _ string, _ keys) {
 		m["DNS"] = map[string]any{"mode": "strict"}
 	}},
+	// Issue 20: a metrics socket under /tmp (the test's directory is
+	// there), where any user may create names on its path.
+	{"metrics socket under /tmp", "metrics.listen: directory /tmp is writable by group or others", func(m map[string]any, dir string, _ keys) {
+		m["metrics"] = map[string]any{"listen": "unix:" + filepath.Join(dir, "metrics", "m.sock")}
+	}},
 }
 
 // textCase edits the config's JSON text, for what a map cannot hold.
@@ -430,5 +435,30 @@ func TestConflicts(t *testing.T) {
 				t.Errorf("validate changed the system:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
 		})
+	}
+}
+
+// Issue 20: metrics.listen on every address is good input with a warning
+// line on stderr (exit 0); on 127.0.0.1 (the control) there is none.
+func TestMetricsWildcardWarns(t *testing.T) {
+	host := hostNS(t)
+	k := newKeys(t)
+	dir := t.TempDir()
+	wg := filepath.Join(dir, "wg.conf")
+	write(t, wg, wgQuick(k), 0o600)
+	for listen, warn := range map[string]bool{"0.0.0.0:9586": true, "[::]:9586": true, "127.0.0.1:9586": false} {
+		cfg := filepath.Join(dir, "c.json")
+		write(t, cfg, fmt.Sprintf(`{"name":"bigood","wireguard":{"configFile":%q},"metrics":{"listen":%q}}`, wg, listen), 0o644)
+		rc, out, errs := agent(t, host, "validate", "--config", cfg)
+		if rc != 0 || !strings.Contains(out, "config OK") {
+			t.Errorf("%s: validate rc=%d out=%q err=%q, want accepted", listen, rc, out, errs)
+		}
+		want := "vpn-agent: warning: metrics.listen " + listen + " serves /metrics and /healthz on every address of this host, without authentication"
+		if got := strings.HasPrefix(errs, want) && strings.Count(errs, "\n") == 1; got != warn {
+			t.Errorf("%s: stderr %q; want the one warning line: %v", listen, errs, warn)
+		}
+		if !warn && errs != "" {
+			t.Errorf("%s: stderr %q, want nothing", listen, errs)
+		}
 	}
 }

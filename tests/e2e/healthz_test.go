@@ -11,6 +11,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
 )
@@ -22,7 +23,7 @@ type healthzSite struct {
 }
 
 func newHealthzSite(t *testing.T, files func(p *harness.Pool) []string, probe bool) *healthzSite {
-	sock := filepath.Join(t.TempDir(), "m.sock")
+	sock := filepath.Join(testenv.RootDir(t), "m.sock") // root's alone, as metrics.listen requires (not /tmp)
 	s := newPoolSite(t, "", files, func(c *config.Config) {
 		if probe {
 			withProbe(c)

@@ -19,6 +19,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
+	"github.com/vpn-confinement/vpn-confinement/agent/testbed/testenv"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
 )
 
@@ -278,7 +279,7 @@ func TestAgentMetricsListenInUse(t *testing.T) {
 // socket (mode 0660) and removes it at down.
 func TestAgentMetricsUnixUp(t *testing.T) {
 	t.Parallel()
-	sock := filepath.Join(t.TempDir(), "metrics", "agent.sock")
+	sock := filepath.Join(testenv.RootDir(t), "metrics", "agent.sock") // root's alone, as metrics.listen requires (not /tmp)
 	c := newConfined(t, harness.AgentOptions{Edit: func(cfg *config.Config) { cfg.Metrics.Listen = "unix:" + sock }})
 	out := c.ag.MustCmd(t, "up", "--config", c.path)
 	pid := upPID(out.Stdout)

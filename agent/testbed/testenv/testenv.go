@@ -43,3 +43,19 @@ func GoTool(t testing.TB) string {
 	}
 	return gobin
 }
+
+// RootDir is a fresh directory under /run, root's and mode 0700 on a
+// path of root's directories, removed at cleanup: where a test puts a
+// socket the agent refuses in a directory another user could change
+// (metrics.listen, issue 20), which t.TempDir under the sticky,
+// world-writable /tmp is. It skips t unless it runs as root.
+func RootDir(t testing.TB) string {
+	t.Helper()
+	NeedRoot(t, "a directory only root may change, under /run")
+	dir, err := os.MkdirTemp("/run", "vpnc-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
