@@ -6,11 +6,11 @@
 #   3. only when NIXPKGS_LIB is set (a nixpkgs `lib` checkout, e.g.
 #      nix-community/nixpkgs.lib): the module evaluation harness nix/eval,
 #      the module's build-time `vpn-agent validate` run on its cases, and
-#      that README.md and docs/nixos.md show the units as evaluated.
+#      that docs/nixos.md shows the units as evaluated.
 #
 # Usage: .ci/nix-check.sh [--update]
 #   --update   rewrite vendorHash in nix/package.nix (and, with NIXPKGS_LIB,
-#              the units shown in README.md and docs/nixos.md) instead of
+#              the units shown in docs/nixos.md) instead of
 #              failing.
 # Env:     NIXPKGS_LIB=/path/to/nixpkgs.lib   run check 3 as well.
 #
@@ -191,10 +191,10 @@ PY
 		fail=1
 	fi
 
-	step "comparing the units shown in README.md and docs/nixos.md with the evaluated ones"
+	step "comparing the units shown in docs/nixos.md with the evaluated ones"
 	if example=$(harness nix/eval nix/eval example); then
 		printf '%s' "$example" >"$tmp/example.json"
-		python3 - "$tmp/example.json" "$update" README.md docs/nixos.md <<'PY' || fail=1
+		python3 - "$tmp/example.json" "$update" docs/nixos.md <<'PY' || fail=1
 import json, sys
 units, update = json.load(open(sys.argv[1]))["unitFiles"], sys.argv[2] == "1"
 bad = 0

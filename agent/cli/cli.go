@@ -1,4 +1,4 @@
-// Package cli implements vpn-agent's subcommands. Exit codes (README's
+// Package cli implements vpn-agent's subcommands. Exit codes (docs/exit-codes.md's
 // table): 0 success (status: healthy), 1 runtime failure (status:
 // degraded), 2 bad input or usage, including what only the host reveals
 // at up (preflight), a namespace that is not up, and up, run, down, exec

@@ -43,6 +43,7 @@ PACKAGES=(
 	iproute2 nftables wireguard-tools
 	nscd systemd-resolved libnss-resolve
 	tcpdump iperf3 bind9-dnsutils iputils-ping netcat-openbsd socat conntrack procps
+	transmission-daemon curl
 )
 # Host tools this script and run.sh need (package:command).
 HOST_TOOLS=(qemu-system-x86:qemu-system-x86_64 debootstrap:debootstrap cpio:cpio zstd:zstd
@@ -254,6 +255,9 @@ grep -q resolve "$ROOT/etc/nsswitch.conf.resolved" ||
 # Services: resolved and nscd installed but disabled; nothing that waits on a console or
 # the network; boot straight to multi-user.target.
 chroot "$ROOT" systemctl disable systemd-resolved.service nscd.service >/dev/null 2>&1 || true
+# transmission-daemon is the service docs/systemd.md confines (walkthrough_test.go): installed,
+# not started at boot.
+chroot "$ROOT" systemctl disable transmission-daemon.service >/dev/null 2>&1 || true
 chroot "$ROOT" systemctl set-default multi-user.target >/dev/null 2>&1
 for u in getty@.service serial-getty@.service console-getty.service autovt@.service \
 	systemd-firstboot.service systemd-networkd-wait-online.service \

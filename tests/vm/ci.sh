@@ -26,7 +26,7 @@ REQUIRED_LEAK_STATES="healthy peer-unreachable peer-stopped wg-link-deleted agen
 REQUIRED_SYSTEMD_CHECKS="starts-after-ready namespace-resolv-conf stops-with-agent stops-on-agent-sigkill
 	dns-nscd-no-leak dns-resolved-no-leak restart-no-leak upholds-after-sigkill
 	dns-nscd-restart-no-leak dns-nscd-late-start-no-leak dns-resolved-restart-no-leak
-	stopped-stays-stopped oneshot-runs-once restarts-after-agent-sigkill"
+	stopped-stays-stopped oneshot-runs-once restarts-after-agent-sigkill walkthrough"
 
 T0=$(date +%s)
 if ! IMG=$("$SCRIPT_DIR/build-image.sh" --print-dir); then

@@ -13,6 +13,7 @@
 #   /opt/vpnc/tests/<name>/<name>.test    go test -c of each package in $VMTEST_PKGS,
 #                                         with the package's testdata/ beside it
 #   /opt/vpnc/tests/*.sh                  tests/vm/guest/*.sh (shell tests), if any
+#   /opt/vpnc/docs/systemd.md             the walkthrough whose commands walkthrough_test.go runs
 #   /opt/vpnc/dist/systemd/...            dist/systemd, if it exists; its units are also
 #                                         installed into /etc/systemd/system
 #   tests/vm/overlay/...                  the guest harness: vpnc-vmtest.service (wanted by
@@ -164,6 +165,9 @@ if [ -d "$REPO/dist/systemd" ]; then
 		log "unit $(basename "$u") installed in /etc/systemd/system"
 	done
 fi
+# The walkthrough whose commands the guest runs as written (walkthrough_test.go).
+mkdir -p "$R/opt/vpnc/docs"
+cp "$REPO/docs/systemd.md" "$R/opt/vpnc/docs/"
 if [ -n "${VMTEST_EXTRA:-}" ]; then
 	[ -d "$VMTEST_EXTRA" ] || die "VMTEST_EXTRA=$VMTEST_EXTRA is not a directory"
 	cp -a "$VMTEST_EXTRA/." "$R/"
