@@ -55,9 +55,38 @@ func TestDropIn(t *testing.T) {
 		"RestrictNetworkInterfaces=lo vc-proton\n",
 		"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK\n",
 		"CapabilityBoundingSet=~CAP_NET_RAW\n",
+		// io_uring (IORING_OP_SOCKET bypasses RestrictAddressFamilies=) and
+		// reaching into other processes, refused with EPERM, each on a "~" line
+		// of its own (a "~" negates a whole line).
+		"\nSystemCallFilter=~io_uring_setup:EPERM io_uring_enter:EPERM io_uring_register:EPERM\n",
+		"\nSystemCallFilter=~ptrace:EPERM process_vm_readv:EPERM process_vm_writev:EPERM pidfd_open:EPERM pidfd_getfd:EPERM kcmp:EPERM\n",
+		"ProtectProc=invisible\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("drop-in lacks %q:\n%s", want, got)
+		}
+	}
+	// The drop-in must not set SystemCallErrorNumber=, which would replace
+	// the service's own, nor ProcSubset= (it hides /proc/meminfo, /proc/net
+	// and the like from the service).
+	for _, bad := range []string{"SystemCallErrorNumber=", "ProcSubset="} {
+		if strings.Contains(got, "\n"+bad) {
+			t.Errorf("drop-in sets %q:\n%s", bad, got)
+		}
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if v, ok := strings.CutPrefix(l, "SystemCallFilter="); ok {
+			if !strings.HasPrefix(v, "~") {
+				t.Errorf("%q: an allow list in the drop-in would replace the service's own filter", l)
+			}
+			for _, e := range strings.Fields(strings.TrimPrefix(v, "~")) {
+				if strings.HasPrefix(e, "@io_uring") { // no such group: ignored, io_uring left open
+					t.Errorf("%q: systemd has no @io_uring group", l)
+				}
+				if !strings.HasSuffix(e, ":EPERM") {
+					t.Errorf("%q: %s has no :EPERM (it would take the service's SystemCallErrorNumber=, by default a kill)", l, e)
+				}
+			}
 		}
 	}
 	if got := DropIn("p", "wg0", "vn-p", "a.service"); !strings.Contains(got, "RestrictNetworkInterfaces=lo wg0 vn-p\n") {
