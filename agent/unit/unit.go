@@ -203,15 +203,22 @@ func Confined() Unit {
 			{Key: "RestrictNetworkInterfaces", Value: []string{"lo", "{tunnel}", "{nsVeth}"},
 				Why: "Even a process that could change namespace may use only these interfaces."},
 			{Key: "SystemCallFilter", Lines: true, Value: ConfinedSyscallDenials(),
-				Why: "Refused with EPERM (a per-call errno, so the service's own\n" +
-					"SystemCallErrorNumber= stays its own; a failed call, never a kill):\n" +
-					"io_uring, whose IORING_OP_SOCKET makes sockets that\n" +
-					"RestrictAddressFamilies= (seccomp on socket(2)) never sees: an AF_VSOCK\n" +
-					"socket was made that way; and reaching into other processes, which\n" +
-					"could take a host socket out of a process of the same user (pidfd_getfd)\n" +
-					"or read and write its memory. Lines starting with \"~\" also take these\n" +
-					"calls out of a SystemCallFilter= allow list the service sets itself,\n" +
-					"which must come first (a drop-in is read after the unit file)."},
+				Why: "Refused: io_uring, whose IORING_OP_SOCKET makes sockets that\n" +
+					"RestrictAddressFamilies= (seccomp on socket(2)) never sees (an AF_VSOCK\n" +
+					"socket was made that way); and reaching into other processes, which\n" +
+					"could take a host socket out of a process of the same user\n" +
+					"(pidfd_getfd) or read and write its memory. Lines starting with \"~\"\n" +
+					"also take these calls out of an allow list the service sets itself\n" +
+					"(SystemCallFilter=@system-service), which comes first: a drop-in is\n" +
+					"read after the unit file. No per-call \"name:EPERM\": with such an\n" +
+					"allow list and SystemCallErrorNumber=EPERM, systemd 252 then fails to\n" +
+					"start the service (\"Failed to apply system call filters\")."},
+			{Key: "SystemCallErrorNumber", Value: "EPERM",
+				Why: "A refused call fails with EPERM; without it systemd kills the process\n" +
+					"(SIGSYS), and programs that probe for pidfd or io_uring (Go's os/exec,\n" +
+					"libuv, Python's asyncio) and fall back on an error would die. This\n" +
+					"replaces the service's own SystemCallErrorNumber=: a call its own\n" +
+					"filter refuses fails with EPERM too, instead of a kill; it stays refused."},
 			{Key: "ProtectProc", Value: "invisible",
 				Why: "The service's /proc shows only its own user's processes (hidepid=\n" +
 					"invisible on a /proc of its own, in the mount namespace the settings\n" +
@@ -225,22 +232,17 @@ func Confined() Unit {
 }
 
 // ConfinedSyscallDenials are the SystemCallFilter= lines of the confining
-// drop-in, each call with its errno (":EPERM", systemd ≥ 243): io_uring
-// (a socket made by IORING_OP_SOCKET bypasses RestrictAddressFamilies=),
-// and the calls that act on another process: ptrace, its memory
-// (process_vm_readv/writev), its file descriptors (pidfd_open,
-// pidfd_getfd) and kcmp.
+// drop-in: io_uring (a socket made by IORING_OP_SOCKET bypasses
+// RestrictAddressFamilies=), and the calls that act on another process:
+// ptrace, its memory (process_vm_readv/writev), its file descriptors
+// (pidfd_open, pidfd_getfd) and kcmp. They fail with the drop-in's
+// SystemCallErrorNumber=EPERM.
 //
 // The io_uring calls by name: systemd has no @io_uring group (they are in
 // @aio, with the classic AIO calls), and an unknown group is ignored with
 // a warning, which would leave io_uring open.
 func ConfinedSyscallDenials() []string {
-	deny := func(calls ...string) string {
-		for i, c := range calls {
-			calls[i] = c + ":EPERM"
-		}
-		return "~" + strings.Join(calls, " ")
-	}
+	deny := func(calls ...string) string { return "~" + strings.Join(calls, " ") }
 	return []string{
 		deny("io_uring_setup", "io_uring_enter", "io_uring_register"),
 		deny("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "kcmp"),

@@ -58,21 +58,19 @@ func TestDropIn(t *testing.T) {
 		// io_uring (IORING_OP_SOCKET bypasses RestrictAddressFamilies=) and
 		// reaching into other processes, refused with EPERM, each on a "~" line
 		// of its own (a "~" negates a whole line).
-		"\nSystemCallFilter=~io_uring_setup:EPERM io_uring_enter:EPERM io_uring_register:EPERM\n",
-		"\nSystemCallFilter=~ptrace:EPERM process_vm_readv:EPERM process_vm_writev:EPERM pidfd_open:EPERM pidfd_getfd:EPERM kcmp:EPERM\n",
-		"ProtectProc=invisible\n",
+		"\nSystemCallFilter=~io_uring_setup io_uring_enter io_uring_register\n",
+		"\nSystemCallFilter=~ptrace process_vm_readv process_vm_writev pidfd_open pidfd_getfd kcmp\n",
+		"\nSystemCallErrorNumber=EPERM\n",
+		"\nProtectProc=invisible\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("drop-in lacks %q:\n%s", want, got)
 		}
 	}
-	// The drop-in must not set SystemCallErrorNumber=, which would replace
-	// the service's own, nor ProcSubset= (it hides /proc/meminfo, /proc/net
-	// and the like from the service).
-	for _, bad := range []string{"SystemCallErrorNumber=", "ProcSubset="} {
-		if strings.Contains(got, "\n"+bad) {
-			t.Errorf("drop-in sets %q:\n%s", bad, got)
-		}
+	// Not ProcSubset= (it hides /proc/meminfo, /proc/net and the like from
+	// the service).
+	if strings.Contains(got, "\nProcSubset=") {
+		t.Errorf("drop-in sets ProcSubset=:\n%s", got)
 	}
 	for _, l := range strings.Split(got, "\n") {
 		if v, ok := strings.CutPrefix(l, "SystemCallFilter="); ok {
@@ -83,8 +81,11 @@ func TestDropIn(t *testing.T) {
 				if strings.HasPrefix(e, "@io_uring") { // no such group: ignored, io_uring left open
 					t.Errorf("%q: systemd has no @io_uring group", l)
 				}
-				if !strings.HasSuffix(e, ":EPERM") {
-					t.Errorf("%q: %s has no :EPERM (it would take the service's SystemCallErrorNumber=, by default a kill)", l, e)
+				// With an allow list and SystemCallErrorNumber=EPERM of the
+				// service's own, a "name:EPERM" entry made systemd 252 fail to
+				// start it (tests/vm: iouring-socket-refused).
+				if strings.Contains(e, ":") {
+					t.Errorf("%q: %s has an errno of its own", l, e)
 				}
 			}
 		}

@@ -899,7 +899,10 @@ let
     ) "SystemCallFilter of a confined service: not the drop-in's"
     ++ lib.optional (
       cfg.systemd.services.web.serviceConfig.ProtectProc != "invisible"
-    ) "ProtectProc of a confined service is not invisible";
+    ) "ProtectProc of a confined service is not invisible"
+    ++ lib.optional (
+      cfg.systemd.services.web.serviceConfig.SystemCallErrorNumber != "EPERM"
+    ) "SystemCallErrorNumber of a confined service is not EPERM (a refused call would kill it)";
 
   # nscd keeps /run/nscd, the confined services' mask (issue 12 item 21).
   nscdChecks =
