@@ -992,16 +992,25 @@ in
               # No upheldBy: the agent wants the services that restart with
               # it (restartWithAgent, the agent unit's wants below).
               serviceConfig =
-                if vc.bypassResolverIsolation then
-                  u.serviceConfig
-                  // {
-                    TemporaryFileSystem = filter (
-                      p: !(elem p units.hostResolverIPC)
-                    ) u.serviceConfig.TemporaryFileSystem;
-                    BindReadOnlyPaths = filter (p: !(elem p resolvedBinds)) u.serviceConfig.BindReadOnlyPaths;
-                  }
-                else
-                  u.serviceConfig;
+                (
+                  if vc.bypassResolverIsolation then
+                    u.serviceConfig
+                    // {
+                      TemporaryFileSystem = filter (
+                        p: !(elem p units.hostResolverIPC)
+                      ) u.serviceConfig.TemporaryFileSystem;
+                      BindReadOnlyPaths = filter (p: !(elem p resolvedBinds)) u.serviceConfig.BindReadOnlyPaths;
+                    }
+                  else
+                    u.serviceConfig
+                )
+                // {
+                  # After the service's own lines: its allow list (e.g.
+                  # "@system-service", which holds io_uring) must come first,
+                  # then these "~" lines take the calls out of it. Before it,
+                  # the allow list would take them out of the deny list.
+                  SystemCallFilter = lib.mkAfter u.serviceConfig.SystemCallFilter;
+                };
             }
           );
         }

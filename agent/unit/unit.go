@@ -202,7 +202,50 @@ func Confined() Unit {
 					"switch judges by port (DNS); nothing a confined service does needs them."},
 			{Key: "RestrictNetworkInterfaces", Value: []string{"lo", "{tunnel}", "{nsVeth}"},
 				Why: "Even a process that could change namespace may use only these interfaces."},
+			{Key: "SystemCallFilter", Lines: true, Value: ConfinedSyscallDenials(),
+				Why: "Refused: io_uring, whose IORING_OP_SOCKET makes sockets that\n" +
+					"RestrictAddressFamilies= (seccomp on socket(2)) never sees (an AF_VSOCK\n" +
+					"socket was made that way); and reaching into other processes, which\n" +
+					"could take a host socket out of a process of the same user\n" +
+					"(pidfd_getfd) or read and write its memory. Lines starting with \"~\"\n" +
+					"also take these calls out of an allow list the service sets itself\n" +
+					"(SystemCallFilter=@system-service), which comes first: a drop-in is\n" +
+					"read after the unit file. No per-call \"name:EPERM\": with such an\n" +
+					"allow list and SystemCallErrorNumber=EPERM, systemd 252 then fails to\n" +
+					"start the service (\"Failed to apply system call filters\")."},
+			{Key: "SystemCallErrorNumber", Value: "EPERM",
+				Why: "A refused call fails with EPERM; without it systemd kills the process\n" +
+					"(SIGSYS), and programs that probe for pidfd or io_uring (Go's os/exec,\n" +
+					"libuv, Python's asyncio) and fall back on an error would die. This\n" +
+					"replaces the service's own SystemCallErrorNumber=: a call its own\n" +
+					"filter refuses fails with EPERM too, instead of a kill; it stays refused."},
+			{Key: "ProtectProc", Value: "invisible",
+				Why: "The service's /proc shows only its own user's processes (hidepid=\n" +
+					"invisible on a /proc of its own, in the mount namespace the settings\n" +
+					"above already make): no view of host processes, their command lines\n" +
+					"or environments. Root, or a user shared with host processes, still sees\n" +
+					"them: run the service as a user of its own. Not ProcSubset=pid: it also\n" +
+					"hides /proc/meminfo, /proc/cpuinfo, /proc/sys and /proc/net (the\n" +
+					"namespace's own), which common services read, and no process."},
 		}},
+	}
+}
+
+// ConfinedSyscallDenials are the SystemCallFilter= lines of the confining
+// drop-in: io_uring (a socket made by IORING_OP_SOCKET bypasses
+// RestrictAddressFamilies=), and the calls that act on another process:
+// ptrace, its memory (process_vm_readv/writev), its file descriptors
+// (pidfd_open, pidfd_getfd) and kcmp. They fail with the drop-in's
+// SystemCallErrorNumber=EPERM.
+//
+// The io_uring calls by name: systemd has no @io_uring group (they are in
+// @aio, with the classic AIO calls), and an unknown group is ignored with
+// a warning, which would leave io_uring open.
+func ConfinedSyscallDenials() []string {
+	deny := func(calls ...string) string { return "~" + strings.Join(calls, " ") }
+	return []string{
+		deny("io_uring_setup", "io_uring_enter", "io_uring_register"),
+		deny("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "kcmp"),
 	}
 }
 

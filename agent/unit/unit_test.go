@@ -55,9 +55,39 @@ func TestDropIn(t *testing.T) {
 		"RestrictNetworkInterfaces=lo vc-proton\n",
 		"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK\n",
 		"CapabilityBoundingSet=~CAP_NET_RAW\n",
+		// io_uring (IORING_OP_SOCKET bypasses RestrictAddressFamilies=) and
+		// reaching into other processes, refused with EPERM, each on a "~" line
+		// of its own (a "~" negates a whole line).
+		"\nSystemCallFilter=~io_uring_setup io_uring_enter io_uring_register\n",
+		"\nSystemCallFilter=~ptrace process_vm_readv process_vm_writev pidfd_open pidfd_getfd kcmp\n",
+		"\nSystemCallErrorNumber=EPERM\n",
+		"\nProtectProc=invisible\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("drop-in lacks %q:\n%s", want, got)
+		}
+	}
+	// Not ProcSubset= (it hides /proc/meminfo, /proc/net and the like from
+	// the service).
+	if strings.Contains(got, "\nProcSubset=") {
+		t.Errorf("drop-in sets ProcSubset=:\n%s", got)
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if v, ok := strings.CutPrefix(l, "SystemCallFilter="); ok {
+			if !strings.HasPrefix(v, "~") {
+				t.Errorf("%q: an allow list in the drop-in would replace the service's own filter", l)
+			}
+			for _, e := range strings.Fields(strings.TrimPrefix(v, "~")) {
+				if strings.HasPrefix(e, "@io_uring") { // no such group: ignored, io_uring left open
+					t.Errorf("%q: systemd has no @io_uring group", l)
+				}
+				// With an allow list and SystemCallErrorNumber=EPERM of the
+				// service's own, a "name:EPERM" entry made systemd 252 fail to
+				// start it (tests/vm: iouring-socket-refused).
+				if strings.Contains(e, ":") {
+					t.Errorf("%q: %s has an errno of its own", l, e)
+				}
+			}
 		}
 	}
 	if got := DropIn("p", "wg0", "vn-p", "a.service"); !strings.Contains(got, "RestrictNetworkInterfaces=lo wg0 vn-p\n") {

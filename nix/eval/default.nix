@@ -878,6 +878,32 @@ let
       !lib.any (m: lib.hasInfix "restartWithAgent = true, but the service is Type=oneshot" m) (failedAssertions bad)
     ) "restartWithAgent = true on a oneshot: no assertion (got ${builtins.toJSON (failedAssertions bad)})";
 
+  # The drop-in's SystemCallFilter "~" lines (io_uring, ptrace, pidfd:
+  # issue 20) come after a service's own allow list, whichever module
+  # defines it: an allow-list line after them would allow the calls again.
+  syscallFilterChecks =
+    let
+      cfg = eval (withBase {
+        systemd.services.web = {
+          vpnConfinement.enable = true;
+          serviceConfig.SystemCallFilter = [ "@system-service" ];
+        };
+        systemd.services.plain.vpnConfinement.enable = true;
+      });
+      got = cfg.systemd.services.web.serviceConfig.SystemCallFilter;
+      want = [ "@system-service" ] ++ units.confined.Service.SystemCallFilter;
+    in
+    lib.optional (got != want) "SystemCallFilter of a service with its own allow list: got ${builtins.toJSON got}, want ${builtins.toJSON want}"
+    ++ lib.optional (
+      cfg.systemd.services.plain.serviceConfig.SystemCallFilter != units.confined.Service.SystemCallFilter
+    ) "SystemCallFilter of a confined service: not the drop-in's"
+    ++ lib.optional (
+      cfg.systemd.services.web.serviceConfig.ProtectProc != "invisible"
+    ) "ProtectProc of a confined service is not invisible"
+    ++ lib.optional (
+      cfg.systemd.services.web.serviceConfig.SystemCallErrorNumber != "EPERM"
+    ) "SystemCallErrorNumber of a confined service is not EPERM (a refused call would kill it)";
+
   # nscd keeps /run/nscd, the confined services' mask (issue 12 item 21).
   nscdChecks =
     let
@@ -917,6 +943,7 @@ in
     ++ bypassChecks
     ++ metricsWarningChecks
     ++ restartChecks
+    ++ syscallFilterChecks
     ++ nscdChecks
     ++ kernelChecks
     ++ newOptionChecks

@@ -10,6 +10,8 @@
 #                                         suite's agent; $VPN_E2E_AGENT_HOOKS)
 #   /opt/vpnc/bin/provider                go build ./tests/cmd/provider (the e2e harness's
 #                                         WireGuard provider / logging decoy; $VPN_E2E_PROVIDER)
+#   /opt/vpnc/bin/sandboxprobe            go build ./tests/cmd/sandboxprobe (tries one thing a
+#                                         confined process must not do: io_uring sockets, ...)
 #   /opt/vpnc/tests/<name>/<name>.test    go test -c of each package in $VMTEST_PKGS,
 #                                         with the package's testdata/ beside it
 #   /opt/vpnc/tests/*.sh                  tests/vm/guest/*.sh (shell tests), if any
@@ -124,6 +126,13 @@ if compgen -G "tests/cmd/provider/*.go" >/dev/null; then
 	log "go build ./tests/cmd/provider -> /opt/vpnc/bin/provider"
 	go build -trimpath -o "$R/opt/vpnc/bin/provider" ./tests/cmd/provider ||
 		die "go build ./tests/cmd/provider failed"
+fi
+
+# --- test helper: the sandbox probe (tries one thing a confined process must not do) ------
+if compgen -G "tests/cmd/sandboxprobe/*.go" >/dev/null; then
+	log "go build ./tests/cmd/sandboxprobe -> /opt/vpnc/bin/sandboxprobe"
+	go build -trimpath -o "$R/opt/vpnc/bin/sandboxprobe" ./tests/cmd/sandboxprobe ||
+		die "go build ./tests/cmd/sandboxprobe failed"
 fi
 
 # --- guest test binaries -----------------------------------------------------------------

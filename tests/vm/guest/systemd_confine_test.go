@@ -504,6 +504,9 @@ func TestSystemdConfinement(t *testing.T) {
 		}
 	})
 
+	// The drop-in's process sandbox: io_uring, ptrace/pidfd refused, ProtectProc (sandbox_test.go).
+	f.sandboxChecks(t)
+
 	// Semantic 2: systemctl stop of the agent stops the confined service.
 	check(t, "stops-with-agent", func(t *testing.T) {
 		if active(f.pre) != "active" {
