@@ -298,7 +298,9 @@ func TestAgentFields(t *testing.T) {
 	if got := agentFields(dflt); !slices.Equal(got, []string{"health.probe"}) {
 		t.Errorf("agentFields with the default probe %q", got)
 	}
-	none := resolve(func(c *config.Config) { c.Metrics, c.Health, c.PortForwarding = config.Metrics{}, config.Health{NoProbe: true}, nil })
+	none := resolve(func(c *config.Config) {
+		c.Metrics, c.Health, c.PortForwarding = config.Metrics{}, config.Health{NoProbe: true}, nil
+	})
 	if got := agentFields(none); len(got) != 0 {
 		t.Errorf("agentFields without them %q", got)
 	}
