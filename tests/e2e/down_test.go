@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -185,27 +186,54 @@ func TestDownNamesProcessesLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	pid := cmd.Process.Pid
-	// The control: the sleep is in the namespace before down (exec has
-	// entered it once /proc/PID/ns/net is the namespace's).
+	// exec --user runs the command under a small init in a PID namespace
+	// of its own; the exec process, their parent, started the init from a
+	// thread in the namespace and keeps it there: all three are named.
 	var nsIno uint64
 	if st, err := os.Stat(names.Netns(c.name)); err == nil {
 		nsIno = st.Sys().(*syscall.Stat_t).Ino
 	}
-	in := func() bool {
-		st, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", pid))
-		return err == nil && st.Sys().(*syscall.Stat_t).Ino == nsIno
+	// A process is in the namespace when any of its threads is: the exec
+	// process keeps the thread that started the init there.
+	in := func(pid int) bool {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		return slices.ContainsFunc(tasks, func(e os.DirEntry) bool {
+			st, err := os.Stat(fmt.Sprintf("/proc/%d/task/%s/ns/net", pid, e.Name()))
+			return err == nil && st.Sys().(*syscall.Stat_t).Ino == nsIno
+		})
 	}
-	for deadline := time.Now().Add(5 * time.Second); !in() || !strings.HasPrefix(procComm(pid), "sleep"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the exec'd sleep (pid %d, %q) never ran in namespace %s", pid, procComm(pid), c.name)
+	inside := func() (pids []int, sleep int) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if pid, err := strconv.Atoi(e.Name()); err == nil && in(pid) {
+				pids = append(pids, pid)
+				if procComm(pid) == "sleep" {
+					sleep = pid
+				}
+			}
 		}
+		return pids, sleep
+	}
+	// The control: the sleep is in the namespace before down.
+	var pids []int
+	var sleep int
+	for deadline := time.Now().Add(5 * time.Second); sleep == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the exec'd sleep never ran in namespace %s (exec pid %d)", c.name, cmd.Process.Pid)
+		}
+		pids, sleep = inside()
+	}
+	if !slices.Contains(pids, cmd.Process.Pid) || len(pids) != 3 {
+		t.Errorf("in the namespace: pids %v, want the exec process %d, its init and the sleep %d", pids, cmd.Process.Pid, sleep)
 	}
 	o := c.ag.Cmd("down", c.name)
 	if o.ExitCode() != 0 || !strings.Contains(o.Stdout, "namespace "+c.name+" down") {
 		t.Fatalf("down with a process left: %s", o)
 	}
-	want := fmt.Sprintf("vpn-agent: warning: pid %d still in namespace %s: it runs on with no network (only loopback); stop it", pid, c.name)
+	want := fmt.Sprintf("vpn-agent: warning: pid %d still in namespace %s: it runs on with no network (only loopback); stop it", pids[0], c.name)
+	if len(pids) > 1 {
+		want = fmt.Sprintf("vpn-agent: warning: pids %s still in namespace %s: they run on with no network (only loopback); stop them", strings.Trim(fmt.Sprint(pids), "[]"), c.name)
+	}
 	var warnings []string
 	for _, l := range strings.Split(o.Stderr, "\n") {
 		if strings.HasPrefix(l, "vpn-agent: ") {
@@ -221,10 +249,10 @@ func TestDownNamesProcessesLeft(t *testing.T) {
 	}
 	assertGone(t, c, "after down with a process left")
 	// It runs on, with nothing but loopback.
-	if syscall.Kill(pid, 0) != nil || !in() {
-		t.Fatalf("the sleep (pid %d) is gone: the warning named a process that had ended", pid)
+	if syscall.Kill(sleep, 0) != nil || !in(sleep) {
+		t.Fatalf("the sleep (pid %d) is gone: the warning named a process that had ended", sleep)
 	}
-	links, err := execOut("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", pid), "ip", "-o", "link", "show")
+	links, err := execOut("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", sleep), "ip", "-o", "link", "show")
 	if err != nil || strings.Count(strings.TrimSpace(string(links)), "\n") != 0 || !strings.Contains(string(links), ": lo:") {
 		t.Errorf("the namespace the sleep kept has more than loopback (err %v):\n%s", err, links)
 	}
