@@ -808,6 +808,15 @@ let
 
   configFile = name: "${configDir}/${fileOf name}";
 
+  # systemd.{services,sockets}.<name>.vpnConfinement.namespace.
+  namespaceOption = nullOption types.str {
+    example = "proton";
+    description = ''
+      Name of a namespace in `services.vpnConfinement.namespaces`.
+      `null` selects the only namespace when exactly one is defined.
+    '';
+  };
+
   # ---- assertions -----------------------------------------------------------------
 
   opt = name: "services.vpnConfinement.namespaces.${builtins.toJSON name}";
@@ -872,6 +881,23 @@ let
   metricsOnEveryAddress =
     l: l != null && builtins.match "(0\\.0\\.0\\.0|\\[[0:]+]|\\[::ffff:0\\.0\\.0\\.0]):[0-9]+" l != null;
 
+  # The namespace of a confined unit (where: its vpnConfinement option) is
+  # given, or the only one, and defined.
+  nsAssertions = where: ns: [
+    {
+      assertion = ns != null;
+      message = "${where}.namespace is not set and there is not exactly one namespace to default to (defined: ${
+        if namespaceNames == [ ] then "none" else concatStringsSep ", " namespaceNames
+      }); set it to one of services.vpnConfinement.namespaces.";
+    }
+    {
+      assertion = ns == null || cfg.namespaces ? ${ns};
+      message = "${where}.namespace = \"${toString ns}\" is not defined; define services.vpnConfinement.namespaces.${toString ns} or use one of: ${
+        if namespaceNames == [ ] then "(none defined)" else concatStringsSep ", " namespaceNames
+      }.";
+    }
+  ];
+
   serviceAssertions = lib.flatten (
     mapAttrsToList (
       svc: s:
@@ -880,22 +906,11 @@ let
         ns = effectiveNs vc;
         where = "systemd.services.${builtins.toJSON svc}.vpnConfinement";
       in
-      [
-        {
-          assertion = ns != null;
-          message = "${where}.namespace is not set and there is not exactly one namespace to default to (defined: ${
-            if namespaceNames == [ ] then "none" else concatStringsSep ", " namespaceNames
-          }); set it to one of services.vpnConfinement.namespaces.";
-        }
+      nsAssertions where ns
+      ++ [
         {
           assertion = vc.restartWithAgent != true || whyNotRestarted svc s == null;
           message = "${where}.restartWithAgent = true, but the service is ${toString (whyNotRestarted svc s)}: the agent would start it at each of its starts (a template cannot be started at all); leave restartWithAgent unset or false.";
-        }
-        {
-          assertion = ns == null || cfg.namespaces ? ${ns};
-          message = "${where}.namespace = \"${toString ns}\" is not defined; define services.vpnConfinement.namespaces.${toString ns} or use one of: ${
-            if namespaceNames == [ ] then "(none defined)" else concatStringsSep ", " namespaceNames
-          }.";
         }
       ]
       ++ (
@@ -925,24 +940,7 @@ let
   socketAssertions = lib.flatten (
     mapAttrsToList (
       sock: s:
-      let
-        ns = effectiveNs s.vpnConfinement;
-        where = "systemd.sockets.${builtins.toJSON sock}.vpnConfinement";
-      in
-      [
-        {
-          assertion = ns != null;
-          message = "${where}.namespace is not set and there is not exactly one namespace to default to (defined: ${
-            if namespaceNames == [ ] then "none" else concatStringsSep ", " namespaceNames
-          }); set it to one of services.vpnConfinement.namespaces.";
-        }
-        {
-          assertion = ns == null || cfg.namespaces ? ${ns};
-          message = "${where}.namespace = \"${toString ns}\" is not defined; define services.vpnConfinement.namespaces.${toString ns} or use one of: ${
-            if namespaceNames == [ ] then "(none defined)" else concatStringsSep ", " namespaceNames
-          }.";
-        }
-      ]
+      nsAssertions "systemd.sockets.${builtins.toJSON sock}.vpnConfinement" (effectiveNs s.vpnConfinement)
     ) confinedSockets
   );
 in
@@ -1021,13 +1019,7 @@ in
               host-link veth when enabled), and names resolve only through the
               tunnel's resolvers
             '';
-            namespace = nullOption types.str {
-              example = "proton";
-              description = ''
-                Name of a namespace in `services.vpnConfinement.namespaces`.
-                `null` selects the only namespace when exactly one is defined.
-              '';
-            };
+            namespace = namespaceOption;
             restartWithAgent = nullOption types.bool {
               example = false;
               description = ''
@@ -1118,13 +1110,7 @@ in
               activates (NAME.service, or NAME@.service with `Accept=yes`)
               is confined to the same namespace
             '';
-            namespace = nullOption types.str {
-              example = "proton";
-              description = ''
-                Name of a namespace in `services.vpnConfinement.namespaces`.
-                `null` selects the only namespace when exactly one is defined.
-              '';
-            };
+            namespace = namespaceOption;
           };
 
           config = mkIf (cfg.enable && vc.enable && nsName != null) (
