@@ -21,9 +21,9 @@ func ConfinedSocket() Unit {
 					"basic.target and so the agent (After=network-online.target) come\n" +
 					"after: with After= the agent below, that is an ordering cycle at\n" +
 					"boot, which systemd breaks by dropping a start job: the socket's (it\n" +
-					"does not listen until started by hand) or even the agent's. Of the\n" +
-					"defaults, only the shutdown ordering below is kept; the agent brings\n" +
-					"sysinit."},
+					"does not listen until started by hand), the agent's or even\n" +
+					"sockets.target's. Of the defaults, only the shutdown ordering below\n" +
+					"is kept; the agent brings sysinit."},
 			{Key: "BindsTo", Value: []string{"{agent}"},
 				Why: "Stop listening when the agent stops or fails: the namespace and its\n" +
 					"kill switch go with it, and a listening socket kept open would keep\n" +

@@ -30,8 +30,9 @@ import (
 //     boot for the socket enabled in sockets.target (the positive control: the same socket
 //     with only the service drop-in's dependencies is in one).
 //   - socket-restarts-with-agent: after SIGKILL of the agent (BindsTo= stops the socket), the
-//     agent's Wants= (`--restart-with-agent SOCKET.socket`) starts the socket again, in the
-//     new namespace, and it answers there.
+//     agent's Wants= (`--restart-with-agent SOCKET.socket`) starts the socket again (a new
+//     invocation, after the new agent's READY=1), and it answers in the namespace that is at
+//     /run/netns/NAME then (the agent took the old one over: same inode, logged).
 
 const (
 	sockHostAddr = "10.200.77.1"
