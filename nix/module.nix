@@ -732,6 +732,40 @@ let
   effectiveNs = vc: if vc.namespace != null then vc.namespace else soleNamespace;
 
   confinedServices = filterAttrs (_: s: s.vpnConfinement.enable) config.systemd.services;
+
+  # Socket units confined with systemd.sockets.<name>.vpnConfinement (issue
+  # 22 item 2), and the service each activates: NAME@ (a template) with
+  # Accept=yes, else NAME (a Service= of another name is not followed).
+  confinedSockets = filterAttrs (_: s: s.vpnConfinement.enable) (config.systemd.sockets or { });
+  acceptsConnections =
+    s:
+    let
+      a = s.socketConfig.Accept or false;
+    in
+    a == true
+    || elem a [
+      "yes"
+      "true"
+      "on"
+      "1"
+    ];
+  activatedBy = sock: s: if acceptsConnections s then "${sock}@" else sock;
+  # The socket unit that activates service svc ("NAME@" or "NAME"), or null.
+  socketOf =
+    svc:
+    let
+      n = lib.removeSuffix "@" svc;
+    in
+    if (config.systemd.sockets or { }) ? ${n} then n else null;
+  # Sockets started with the agent (its Wants=): a confined socket something
+  # starts comes back after the agent's automatic restart (BindsTo= stopped it).
+  socketsOf =
+    nsName:
+    attrNames (
+      filterAttrs (
+        _: s: effectiveNs s.vpnConfinement == nsName && ((s.wantedBy or [ ]) != [ ] || (s.requiredBy or [ ]) != [ ])
+      ) confinedSockets
+    );
   servicesOf =
     nsName:
     attrNames (
@@ -773,6 +807,15 @@ let
     );
 
   configFile = name: "${configDir}/${fileOf name}";
+
+  # systemd.{services,sockets}.<name>.vpnConfinement.namespace.
+  namespaceOption = nullOption types.str {
+    example = "proton";
+    description = ''
+      Name of a namespace in `services.vpnConfinement.namespaces`.
+      `null` selects the only namespace when exactly one is defined.
+    '';
+  };
 
   # ---- assertions -----------------------------------------------------------------
 
@@ -838,6 +881,23 @@ let
   metricsOnEveryAddress =
     l: l != null && builtins.match "(0\\.0\\.0\\.0|\\[[0:]+]|\\[::ffff:0\\.0\\.0\\.0]):[0-9]+" l != null;
 
+  # The namespace of a confined unit (where: its vpnConfinement option) is
+  # given, or the only one, and defined.
+  nsAssertions = where: ns: [
+    {
+      assertion = ns != null;
+      message = "${where}.namespace is not set and there is not exactly one namespace to default to (defined: ${
+        if namespaceNames == [ ] then "none" else concatStringsSep ", " namespaceNames
+      }); set it to one of services.vpnConfinement.namespaces.";
+    }
+    {
+      assertion = ns == null || cfg.namespaces ? ${ns};
+      message = "${where}.namespace = \"${toString ns}\" is not defined; define services.vpnConfinement.namespaces.${toString ns} or use one of: ${
+        if namespaceNames == [ ] then "(none defined)" else concatStringsSep ", " namespaceNames
+      }.";
+    }
+  ];
+
   serviceAssertions = lib.flatten (
     mapAttrsToList (
       svc: s:
@@ -846,25 +906,42 @@ let
         ns = effectiveNs vc;
         where = "systemd.services.${builtins.toJSON svc}.vpnConfinement";
       in
-      [
-        {
-          assertion = ns != null;
-          message = "${where}.namespace is not set and there is not exactly one namespace to default to (defined: ${
-            if namespaceNames == [ ] then "none" else concatStringsSep ", " namespaceNames
-          }); set it to one of services.vpnConfinement.namespaces.";
-        }
+      nsAssertions where ns
+      ++ [
         {
           assertion = vc.restartWithAgent != true || whyNotRestarted svc s == null;
           message = "${where}.restartWithAgent = true, but the service is ${toString (whyNotRestarted svc s)}: the agent would start it at each of its starts (a template cannot be started at all); leave restartWithAgent unset or false.";
         }
-        {
-          assertion = ns == null || cfg.namespaces ? ${ns};
-          message = "${where}.namespace = \"${toString ns}\" is not defined; define services.vpnConfinement.namespaces.${toString ns} or use one of: ${
-            if namespaceNames == [ ] then "(none defined)" else concatStringsSep ", " namespaceNames
-          }.";
-        }
       ]
+      ++ (
+        let
+          sock = socketOf svc;
+          s = config.systemd.sockets.${sock};
+          svc' = if hasSuffix "@" svc then "${svc}.service (Accept=yes)" else "${svc}.service";
+          sockNs = effectiveNs s.vpnConfinement;
+          inNs =
+            (s.vpnConfinement.enable && sockNs == ns)
+            || (ns != null && (s.socketConfig.NetworkNamespacePath or null) == "${names.netnsDir}/${ns}");
+        in
+        optional (sock != null) {
+          # The socket listens before the service runs: confining the service
+          # alone would leave the listener on the host.
+          assertion = inNs;
+          message =
+            if s.vpnConfinement.enable then
+              "systemd.sockets.${builtins.toJSON sock}.vpnConfinement.namespace is \"${toString sockNs}\" but the service it activates, ${svc'}, is confined to \"${toString ns}\": connections would arrive in one namespace and be served from another; confine both to one namespace (leave the service's namespace unset: the socket's confinement sets it)."
+            else
+              "${where}.enable is set but the service is socket-activated by systemd.sockets.${builtins.toJSON sock}, which is not confined: its listening socket would be created in the host's network namespace, reachable on the host's addresses (the LAN too), and hand its connections to the confined service; set systemd.sockets.${builtins.toJSON sock}.vpnConfinement.enable = true (it confines the service too).";
+        }
+      )
     ) confinedServices
+  );
+
+  socketAssertions = lib.flatten (
+    mapAttrsToList (
+      sock: s:
+      nsAssertions "systemd.sockets.${builtins.toJSON sock}.vpnConfinement" (effectiveNs s.vpnConfinement)
+    ) confinedSockets
   );
 in
 {
@@ -942,13 +1019,7 @@ in
               host-link veth when enabled), and names resolve only through the
               tunnel's resolvers
             '';
-            namespace = nullOption types.str {
-              example = "proton";
-              description = ''
-                Name of a namespace in `services.vpnConfinement.namespaces`.
-                `null` selects the only namespace when exactly one is defined.
-              '';
-            };
+            namespace = namespaceOption;
             restartWithAgent = nullOption types.bool {
               example = false;
               description = ''
@@ -1018,6 +1089,47 @@ in
     );
   };
 
+  # Per-socket attachment: systemd.sockets.<name>.vpnConfinement. The
+  # directives are units.json's confinedSocket (agent/unit/socket.go says
+  # why each is there); the service the socket activates is confined too.
+  options.systemd.sockets = mkOption {
+    type = types.attrsOf (
+      types.submodule (
+        { config, ... }:
+        let
+          vc = config.vpnConfinement;
+          nsName = effectiveNs vc;
+        in
+        {
+          options.vpnConfinement = {
+            enable = mkEnableOption ''
+              creating this socket unit's listening sockets inside a VPN
+              confinement namespace, reached only through its interfaces
+              (the host link's published ports), with the socket bound to
+              the namespace's agent as a confined service is. The service it
+              activates (NAME.service, or NAME@.service with `Accept=yes`)
+              is confined to the same namespace
+            '';
+            namespace = namespaceOption;
+          };
+
+          config = mkIf (cfg.enable && vc.enable && nsName != null) (
+            let
+              u = nixosUnit {
+                name = nsName;
+                agent = "${agentUnit nsName}.service";
+              } units.confinedSocket;
+            in
+            removeAttrs u [ "serviceConfig" ]
+            // {
+              socketConfig = lib.mapAttrs (_: fill { name = nsName; }) units.confinedSocket.Socket;
+            }
+          );
+        }
+      )
+    );
+  };
+
   config = mkMerge [
   {
     # Outside `mkIf cfg.enable`: a service asking for confinement while the
@@ -1025,7 +1137,11 @@ in
     assertions = mapAttrsToList (svc: _: {
       assertion = cfg.enable;
       message = "systemd.services.${builtins.toJSON svc}.vpnConfinement.enable is set but services.vpnConfinement.enable is false, so the service would run UNCONFINED; set services.vpnConfinement.enable = true.";
-    }) confinedServices;
+    }) confinedServices
+    ++ mapAttrsToList (sock: _: {
+      assertion = cfg.enable;
+      message = "systemd.sockets.${builtins.toJSON sock}.vpnConfinement.enable is set but services.vpnConfinement.enable is false, so the socket would listen UNCONFINED, on the host; set services.vpnConfinement.enable = true.";
+    }) confinedSockets;
   }
   (mkIf cfg.enable {
     assertions = [
@@ -1042,7 +1158,8 @@ in
       assertion = ns.health.probe.enable || (with ns.health.probe; address == null && interval == null && failures == null);
       message = "${opt name}.health.probe.enable = false, but health.probe.address, interval or failures is set; remove them, or enable the probe.";
     }) cfg.namespaces
-    ++ serviceAssertions;
+    ++ serviceAssertions
+    ++ socketAssertions;
 
     warnings =
       # As `vpn-agent validate` warns (config.Listen.Exposed): metrics on
@@ -1054,17 +1171,7 @@ in
       ++ mapAttrsToList (
         svc: _:
         "systemd.services.${builtins.toJSON svc}.vpnConfinement.bypassResolverIsolation is set: the service can reach nscd, systemd-resolved and the D-Bus system bus, which resolve names outside the tunnel (DNS leak)."
-      ) (filterAttrs (_: s: s.vpnConfinement.bypassResolverIsolation) confinedServices)
-      ++ mapAttrsToList (
-        svc: _:
-        "systemd.services.${builtins.toJSON svc} is VPN-confined but systemd.sockets.${builtins.toJSON svc} exists: socket-activated listeners are created in the host's network namespace unless that socket unit sets NetworkNamespacePath too."
-      ) (
-        filterAttrs (
-          svc: _:
-          (config.systemd.sockets ? ${svc})
-          && (config.systemd.sockets.${svc}.socketConfig.NetworkNamespacePath or null) == null
-        ) confinedServices
-      );
+      ) (filterAttrs (_: s: s.vpnConfinement.bypassResolverIsolation) confinedServices);
 
     environment.systemPackages = [ cfg.package ];
 
@@ -1095,7 +1202,7 @@ in
           u
           // {
             before = map (s: "${s}.service") (servicesOf name);
-            wants = u.wants ++ map (s: "${s}.service") (restartedOf name);
+            wants = u.wants ++ map (s: "${s}.service") (restartedOf name) ++ map (s: "${s}.socket") (socketsOf name);
           }
         )
       ) cfg.namespaces)
@@ -1105,6 +1212,19 @@ in
       # the confined services would recurse). Priority 90: above a plain
       # definition (a nixpkgs "restart" would still remove it at stop), below
       # an administrator's mkForce.
+      # The service a confined socket activates runs in the socket's
+      # namespace, with the confining drop-in (the socket alone would hand
+      # connections from the namespace to a process on the host). Its
+      # namespace is a default: a different one is refused (assertion).
+      (lib.mapAttrs' (
+        sock: s:
+        nameValuePair (activatedBy sock s) {
+          vpnConfinement = {
+            enable = true;
+            namespace = lib.mkDefault (effectiveNs s.vpnConfinement);
+          };
+        }
+      ) confinedSockets)
       (mkIf (config.services.nscd.enable or false) {
         nscd.serviceConfig = lib.mapAttrs (_: lib.mkOverride 90) units.nscd.Service;
       })

@@ -18,6 +18,7 @@ func cmdUnit(args []string, out io.Writer) int {
 	cfg := fs.String("config", "", "config file, to take interface names from (optional)")
 	agentUnit := fs.String("agent-unit", "", "the agent's unit (default vpn-agent@NAME.service)")
 	restart := fs.String("restart-with-agent", "", "instead, print the agent-side drop-in (Wants=) that starts these (comma-separated) long-running services with the agent, also after its automatic restart")
+	socket := fs.Bool("socket", false, "instead, print the drop-in for a socket unit: its listening sockets are created in the namespace (confine the service it activates with the plain drop-in)")
 	upholds := fs.String("upholds", "", "deprecated name of --restart-with-agent (prints Wants=, no longer Upholds=)")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
@@ -53,6 +54,9 @@ func cmdUnit(args []string, out io.Writer) int {
 	if *restart == "" && *upholds != "" {
 		*restart, flag = *upholds, "--upholds"
 	}
+	if *restart != "" && *socket {
+		return fail(&config.FieldError{Field: "--socket", Msg: "cannot be combined with " + flag, Fix: "print the socket's drop-in and the agent's in two runs"})
+	}
 	if *restart != "" {
 		services := strings.Split(*restart, ",")
 		for _, s := range services {
@@ -61,6 +65,10 @@ func cmdUnit(args []string, out io.Writer) int {
 			}
 		}
 		fmt.Fprint(out, unit.RestartWithAgentDropIn(*agentUnit, services))
+		return ExitOK
+	}
+	if *socket {
+		fmt.Fprint(out, unit.SocketDropIn(name, *agentUnit))
 		return ExitOK
 	}
 	fmt.Fprint(out, unit.DropIn(name, iface, nsVeth, *agentUnit))

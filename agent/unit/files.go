@@ -22,6 +22,7 @@ const (
 	DistAgent    = "dist/systemd/vpn-agent@.service"
 	DistConfined = "dist/systemd/confine.conf.example"
 	DistNscd     = "dist/systemd/nscd-vpn-confinement.conf"
+	DistSocket   = "dist/systemd/confine-socket.conf.example"
 	NixJSON      = "nix/units.json"
 )
 
@@ -31,6 +32,7 @@ func Files() map[string][]byte {
 		DistAgent:    []byte(distAgent()),
 		DistConfined: []byte(distConfined()),
 		DistNscd:     []byte(distNscd()),
+		DistSocket:   []byte(distSocket()),
 		NixJSON:      nixJSON(),
 	}
 }
@@ -140,6 +142,8 @@ func nixJSON() []byte {
 		"nscd":     jsonUnit(NscdKeepsDir()),
 		"agent":    jsonUnit(Agent()),
 		"confined": jsonUnit(Confined()),
+		// systemd.sockets.SOCKET.vpnConfinement (agent/unit/socket.go).
+		"confinedSocket": jsonUnit(ConfinedSocket()),
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

@@ -533,6 +533,48 @@ let
       };
       expect = "system.etc.overlay.mutable = false makes /etc read-only";
     };
+    # Issue 22 item 2: a confined service activated by a socket that is not
+    # confined (it would listen on the host), once the module's warning.
+    socket-unconfined = {
+      config = withBase {
+        systemd.services.web.vpnConfinement.enable = true;
+        systemd.sockets.web.socketConfig.ListenStream = "8080";
+      };
+      expect = "socket-activated by systemd.sockets.\"web\", which is not confined: its listening socket would be created in the host's network namespace";
+    };
+    socket-unconfined-template = {
+      config = withBase {
+        systemd.services."echo@".vpnConfinement.enable = true;
+        systemd.sockets.echo.socketConfig.Accept = true;
+      };
+      expect = "systemd.services.\"echo@\".vpnConfinement.enable is set but the service is socket-activated by systemd.sockets.\"echo\", which is not confined";
+    };
+    socket-other-namespace = {
+      config = twoNamespaces { } { } // {
+        systemd.sockets.web.vpnConfinement = {
+          enable = true;
+          namespace = "vpn";
+        };
+        systemd.services.web.vpnConfinement.namespace = "other";
+      };
+      expect = "systemd.sockets.\"web\".vpnConfinement.namespace is \"vpn\" but the service it activates, web.service, is confined to \"other\"";
+    };
+    socket-namespace-undefined = {
+      config = withBase {
+        systemd.sockets.web.vpnConfinement = {
+          enable = true;
+          namespace = "nope";
+        };
+      };
+      expect = "systemd.sockets.\"web\".vpnConfinement.namespace = \"nope\" is not defined";
+    };
+    socket-module-disabled = {
+      config = withBase {
+        services.vpnConfinement.enable = false;
+        systemd.sockets.web.vpnConfinement.enable = true;
+      };
+      expect = "so the socket would listen UNCONFINED";
+    };
   };
 
   # What the agent checks: the module must not assert (it did before issue
@@ -904,6 +946,68 @@ let
       cfg.systemd.services.web.serviceConfig.SystemCallErrorNumber != "EPERM"
     ) "SystemCallErrorNumber of a confined service is not EPERM (a refused call would kill it)";
 
+  # systemd.sockets.<name>.vpnConfinement (issue 22 item 2): the socket
+  # gets units.json's confinedSocket, the service it activates (NAME, or
+  # NAME@ with Accept=yes) the confining drop-in, the agent wants the
+  # sockets something starts; no assertion, no warning. A hand-set
+  # NetworkNamespacePath of the same namespace is accepted too (what the
+  # module's former warning asked for).
+  socketChecks =
+    let
+      cfg = eval (withBase {
+        systemd.sockets.web = {
+          vpnConfinement.enable = true;
+          wantedBy = [ "sockets.target" ];
+          socketConfig.ListenStream = "8080";
+        };
+        systemd.sockets.echo = {
+          vpnConfinement.enable = true;
+          socketConfig.Accept = true;
+        };
+      });
+      byHand = eval (withBase {
+        systemd.services.web.vpnConfinement.enable = true;
+        systemd.sockets.web.socketConfig.NetworkNamespacePath = "/run/netns/vpn";
+      });
+      web = cfg.systemd.sockets.web;
+      agent = [ "vpn-agent-vpn.service" ];
+      want = {
+        socketConfig = {
+          ListenStream = "8080";
+          NetworkNamespacePath = "/run/netns/vpn";
+        };
+        bindsTo = agent;
+        after = agent;
+        partOf = agent;
+        before = [ "shutdown.target" ];
+        unitConfig = {
+          DefaultDependencies = false;
+          Conflicts = [ "shutdown.target" ];
+        };
+      };
+      got = lib.mapAttrs (k: _: web.${k}) want;
+      confined = svc: (cfg.systemd.services.${svc}.serviceConfig.NetworkNamespacePath or null) == "/run/netns/vpn";
+    in
+    lib.optional (got != want) "socket: got ${builtins.toJSON got}, want ${builtins.toJSON want}"
+    ++ lib.optional (
+      units.confinedSocket.Unit.DefaultDependencies != false
+    ) "socket: units.json's DefaultDependencies is not false"
+    ++ lib.optional (!confined "web") "socket: the service it activates, web, is not confined"
+    ++ lib.optional (!confined "echo@") "socket: with Accept=yes the template echo@ is not confined"
+    ++ lib.optional (cfg.systemd.services ? echo) "socket: with Accept=yes a service echo (not echo@) was confined"
+    ++ lib.optional (
+      cfg.systemd.services.web.serviceConfig.TemporaryFileSystem != units.confined.Service.TemporaryFileSystem
+    ) "socket: the activated service lacks the drop-in's resolver masks"
+    ++ lib.optional (
+      cfg.systemd.services.vpn-agent-vpn.wants != [
+        "network-online.target"
+        "web.socket"
+      ]
+    ) "socket: the agent wants ${builtins.toJSON cfg.systemd.services.vpn-agent-vpn.wants}, want network-online.target, web.socket (not echo.socket: nothing starts it; not web.service: the socket starts it)"
+    ++ lib.optional (failedAssertions cfg != [ ]) "socket: assertions ${builtins.toJSON (failedAssertions cfg)}"
+    ++ lib.optional (failedAssertions byHand != [ ]) "socket by hand: assertions ${builtins.toJSON (failedAssertions byHand)}"
+    ++ lib.optional (lib.any (w: lib.hasInfix "socket" w) (cfg.warnings ++ byHand.warnings)) "socket: a warning";
+
   # nscd keeps /run/nscd, the confined services' mask (issue 12 item 21).
   nscdChecks =
     let
@@ -945,6 +1049,7 @@ in
     ++ restartChecks
     ++ syscallFilterChecks
     ++ nscdChecks
+    ++ socketChecks
     ++ kernelChecks
     ++ newOptionChecks
     ++ portForwardingChecks

@@ -42,6 +42,20 @@ let
     type = types.attrsOf unitOption;
     default = { };
   };
+  # A systemd unit's dependency options and [Unit] section, as NixOS has
+  # them (services and sockets).
+  commonUnitOptions = {
+    wantedBy = listOpt;
+    requiredBy = listOpt;
+    wants = listOpt;
+    requires = listOpt;
+    bindsTo = listOpt;
+    partOf = listOpt;
+    upheldBy = listOpt;
+    after = listOpt;
+    before = listOpt;
+    unitConfig = section;
+  };
 in
 {
   inherit lib drv;
@@ -65,18 +79,8 @@ in
   inherit listOpt section;
 
   # A systemd service's dependency options and sections, as NixOS has them.
-  unitOptions = {
-    wantedBy = listOpt;
-    requiredBy = listOpt;
-    wants = listOpt;
-    requires = listOpt;
-    bindsTo = listOpt;
-    partOf = listOpt;
-    upheldBy = listOpt;
-    after = listOpt;
-    before = listOpt;
+  unitOptions = commonUnitOptions // {
     serviceConfig = section;
-    unitConfig = section;
   };
 
   # The options every NixOS stub declares besides systemd.services.
@@ -99,7 +103,13 @@ in
       default = { };
     };
     systemd.sockets = mkOption {
-      type = types.attrsOf (types.submodule { options.socketConfig = section; });
+      type = types.attrsOf (
+        types.submodule {
+          options = commonUnitOptions // {
+            socketConfig = section;
+          };
+        }
+      );
       default = { };
     };
     boot.kernelModules = listOpt;
