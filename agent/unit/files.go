@@ -140,6 +140,9 @@ func nixJSON() []byte {
 		"nscd":     jsonUnit(NscdKeepsDir()),
 		"agent":    jsonUnit(Agent()),
 		"confined": jsonUnit(Confined()),
+		// A confined container's podman flags and its unit's dependencies
+		// (container.go).
+		"podman": map[string]any{"flags": podmanFlagList(), "unit": jsonUnit(Container())},
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
