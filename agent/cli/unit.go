@@ -28,16 +28,9 @@ func cmdUnit(args []string, out io.Writer) int {
 	}
 	iface, nsVeth := names.Tunnel(name), ""
 	if *cfg != "" {
-		c, err := config.Load(*cfg)
+		s, err := specNamed(*cfg, name)
 		if err != nil {
 			return fail(err)
-		}
-		s, err := config.Resolve(c, config.Options{Static: true})
-		if err != nil {
-			return fail(err)
-		}
-		if s.Name != name {
-			return fail(&config.FieldError{Field: "NAME", Msg: fmt.Sprintf("%q does not match the config's name %q", name, s.Name), Fix: "use the config's name"})
 		}
 		iface = s.Interface
 		if s.HostLink != nil {
