@@ -18,6 +18,7 @@ func cmdUnit(args []string, out io.Writer) int {
 	cfg := fs.String("config", "", "config file, to take interface names from (optional)")
 	agentUnit := fs.String("agent-unit", "", "the agent's unit (default vpn-agent@NAME.service)")
 	restart := fs.String("restart-with-agent", "", "instead, print the agent-side drop-in (Wants=) that starts these (comma-separated) long-running services with the agent, also after its automatic restart")
+	container := fs.Bool("container", false, "instead, print the drop-in for the unit that runs a podman container confined by vpn-agent podman-flags NAME (its dependencies on the agent only)")
 	upholds := fs.String("upholds", "", "deprecated name of --restart-with-agent (prints Wants=, no longer Upholds=)")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
@@ -54,6 +55,10 @@ func cmdUnit(args []string, out io.Writer) int {
 			}
 		}
 		fmt.Fprint(out, unit.RestartWithAgentDropIn(*agentUnit, services))
+		return ExitOK
+	}
+	if *container {
+		fmt.Fprint(out, unit.ContainerDropIn(name, *agentUnit))
 		return ExitOK
 	}
 	fmt.Fprint(out, unit.DropIn(name, iface, nsVeth, *agentUnit))

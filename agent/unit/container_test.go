@@ -49,3 +49,15 @@ func TestContainerUnit(t *testing.T) {
 		}
 	}
 }
+
+func TestContainerDropIn(t *testing.T) {
+	got := ContainerDropIn("proton", "vpn-agent@proton.service")
+	for _, want := range []string{"[Unit]\n", "\nBindsTo=vpn-agent@proton.service\n", "\nAfter=vpn-agent@proton.service\n", "\nPartOf=vpn-agent@proton.service\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("container drop-in lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "[Service]") || strings.Contains(got, "NetworkNamespacePath") {
+		t.Errorf("container drop-in confines podman itself:\n%s", got)
+	}
+}
