@@ -444,55 +444,37 @@ let
     ++ lib.optional ((gen 0).memory or null != { packetBuffers = 0; }) "memory: packetBuffers = 0 (unbounded) generated ${builtins.toJSON (gen 0)}"
     ++ lib.optional (unset ? memory) "memory: unset, yet in the JSON: ${builtins.toJSON unset}";
 
+  # A container qbit confined to namespace vpn, with extra settings.
+  confinedContainer =
+    extra:
+    withBase {
+      virtualisation.oci-containers.containers.qbit = {
+        image = "lscr.io/linuxserver/qbittorrent";
+        vpnConfinement.namespace = "vpn";
+      }
+      // extra;
+    };
+
   # What only NixOS knows: each must trip a module assertion containing `expect`.
   cases = {
     container-ports = {
-      config = withBase {
-        virtualisation.oci-containers.containers.qbit = {
-          image = "lscr.io/linuxserver/qbittorrent";
-          vpnConfinement.namespace = "vpn";
-          ports = [ "8080:8080" ];
-        };
-      };
+      config = confinedContainer { ports = [ "8080:8080" ]; };
       expect = "containers.\"qbit\".ports = [\"8080:8080\"], but a container in namespace \"vpn\" has no podman network to publish ports on; remove ports and publish through services.vpnConfinement.namespaces.vpn.hostLink.portMappings";
     };
     container-docker = {
-      config = withBase {
-        virtualisation.oci-containers.backend = "docker";
-        virtualisation.oci-containers.containers.qbit = {
-          image = "lscr.io/linuxserver/qbittorrent";
-          vpnConfinement.namespace = "vpn";
-        };
-      };
+      config = lib.recursiveUpdate (confinedContainer { }) { virtualisation.oci-containers.backend = "docker"; };
       expect = "virtualisation.oci-containers.backend = \"docker\", but Docker cannot join a named network namespace (/run/netns/vpn); set virtualisation.oci-containers.backend = \"podman\"";
     };
     container-no-namespace = {
-      config = withBase {
-        virtualisation.oci-containers.containers.qbit = {
-          image = "lscr.io/linuxserver/qbittorrent";
-          vpnConfinement.namespace = "proton";
-        };
-      };
+      config = confinedContainer { vpnConfinement.namespace = "proton"; };
       expect = "containers.\"qbit\".vpnConfinement.namespace = \"proton\" is not defined; define services.vpnConfinement.namespaces.proton or use one of: vpn.";
     };
     container-privileged = {
-      config = withBase {
-        virtualisation.oci-containers.containers.qbit = {
-          image = "lscr.io/linuxserver/qbittorrent";
-          vpnConfinement.namespace = "vpn";
-          extraOptions = [ "--privileged" ];
-        };
-      };
+      config = confinedContainer { extraOptions = [ "--privileged" ]; };
       expect = "containers.\"qbit\".extraOptions has --privileged, which would undo vpnConfinement";
     };
     container-other-network = {
-      config = withBase {
-        virtualisation.oci-containers.containers.qbit = {
-          image = "lscr.io/linuxserver/qbittorrent";
-          vpnConfinement.namespace = "vpn";
-          extraOptions = [ "--network=host" ];
-        };
-      };
+      config = confinedContainer { extraOptions = [ "--network=host" ]; };
       expect = "extraOptions has --network=host, which would undo vpnConfinement";
     };
     container-module-off = {
