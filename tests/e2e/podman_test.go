@@ -237,7 +237,13 @@ func TestPodmanConfined(t *testing.T) {
 
 	// Everything outside the tunnel, with the tunnel up and then with the
 	// peer dead: the decoys log nothing, the uplink carries only WireGuard.
+	// The captures see any packet these send out of the namespace: TCP to
+	// the decoy (echo, HTTPS), its IPv6 address and a LAN host; DNS to the
+	// decoy's resolvers on 53 and 5353.
 	leakScript := echoScript(decoyEcho, harness.Marker("podman-leak")) + "; " +
+		"timeout 5 nc -w 2 " + decoyEcho + " 443 </dev/null; " +
+		"timeout 5 nc -w 2 " + testbed.DecoyTarget6.String() + " 7 </dev/null; " +
+		"timeout 5 nc -w 2 " + testbed.LANHost4.String() + " 7 </dev/null; " +
 		lookupScript(decoyDNS) + "; nslookup -timeout=2 -retry=1 -port=5353 " + testbed.TargetName + " " + decoyDNS
 	for _, stage := range []string{"tunnel up", "peer dead"} {
 		t.Run(stage, func(t *testing.T) {
@@ -259,6 +265,40 @@ func TestPodmanConfined(t *testing.T) {
 			}
 			w.Stop(t, harness.WGBounce).Report(t, false)
 		})
+	}
+}
+
+// What a user adds to the flags that would undo them fails: a bind of a
+// host resolver directory at its own path (the mask is there), and a
+// --cap-add of a dropped capability. Controls: the same bind without the
+// masks, and the same capability without the drop, start.
+func TestPodmanAdditionsRefused(t *testing.T) {
+	t.Parallel()
+	c := startAgent(t, harness.AgentOptions{})
+	pm := newPodman(t)
+	flags := podmanFlags(t, c.ag, c.name)
+	src := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, "socket-stand-in"), []byte("host"), 0o644))
+	bind := "--volume=" + src + ":/run/nscd:ro"
+	noMasks := slices.DeleteFunc(slices.Clone(flags), func(f string) bool { return strings.HasPrefix(f, "--tmpfs=") })
+	noDrops := slices.DeleteFunc(slices.Clone(flags), func(f string) bool { return strings.HasPrefix(f, "--cap-drop=") })
+	run := func(flags ...string) (string, error) {
+		return pm.cmd(append(append([]string{"run", "--rm", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}, flags...),
+			pm.image, "sh", "-c", "cat /run/nscd/socket-stand-in; grep CapBnd /proc/self/status")...)
+	}
+	if out, err := run(append(noMasks, bind)...); err != nil || !strings.HasPrefix(out, "host") {
+		t.Fatalf("control: the bind without the masks: %v: %q", err, out)
+	}
+	if out, err := run(append(flags, bind)...); err == nil || !strings.Contains(out, "duplicate mount destination") {
+		t.Errorf("a bind over the /run/nscd mask: want podman's duplicate mount destination error, got %v: %q", err, out)
+	}
+	if out, err := run(append(noDrops, "--cap-add=NET_ADMIN")...); err != nil || !strings.Contains(out, "CapBnd") {
+		t.Fatalf("control: --cap-add=NET_ADMIN without the drop: %v: %q", err, out)
+	}
+	for _, capability := range []string{"NET_ADMIN", "NET_RAW"} {
+		if out, err := run(append(flags, "--cap-add="+capability)...); err == nil || !strings.Contains(out, "cannot be dropped and added") {
+			t.Errorf("--cap-add=%s with the flags: want podman's error, got %v: %q", capability, err, out)
+		}
 	}
 }
 
