@@ -20,23 +20,27 @@ import (
 )
 
 // Issue 22 item 1: a podman container confined to a namespace by the flags
-// of `vpn-agent podman-flags NAME`, with Debian's podman and runc, an
-// image built offline from busybox-static, storage of the test's own, and
-// only namespaces the tests made (never a podman network).
+// of `vpn-agent podman-flags NAME`, with Debian's podman and runc, a root
+// made offline from busybox-static, storage of the test's own, and only
+// namespaces the tests made (never a podman network).
 
 // podman runs podman with storage, run and temp directories under a test
 // directory, so the machine's own podman state is untouched.
 type podman struct {
-	base  []string
-	image string
+	base []string
+	dir  string
+	bb   []byte // a static busybox
 }
 
-// The applets the probes use, as symlinks to /bin/busybox in the image.
+// The applets the probes use, as symlinks to /bin/busybox in the root.
 var busyboxApplets = []string{"sh", "cat", "echo", "nc", "nslookup", "sleep", "grep", "timeout"}
 
 // newPodman skips without podman, runc or a static busybox (scripts/deps.sh
-// installs them), builds a FROM scratch image holding busybox under a name
-// of its own, and removes containers, image and storage at cleanup.
+// installs them) and removes every container at cleanup. Containers run
+// from a root directory made offline (--rootfs: /bin/busybox and its
+// applets), not from an image: `podman build` and `podman import` write the
+// machine's /var/lib/containers/cache/blob-info-cache-v1.boltdb whatever
+// --root says.
 func newPodman(t *testing.T) *podman {
 	t.Helper()
 	for _, b := range []string{"podman", "runc"} {
@@ -51,40 +55,36 @@ func newPodman(t *testing.T) *podman {
 	if f, err := elf.Open(bb); err != nil || f.Section(".interp") != nil {
 		t.Skipf("%s is not a static busybox (install busybox-static): %v", bb, err)
 	}
-	dir := t.TempDir()
-	ctx := filepath.Join(dir, "ctx")
-	if err := os.MkdirAll(filepath.Join(ctx, "bin"), 0o755); err != nil {
+	p := &podman{dir: t.TempDir()}
+	if p.bb, err = os.ReadFile(bb); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(bb)
+	// runc: Debian 12's crun refuses this machine's cgroup setup;
+	// cgroupfs and no events: no systemd or journald involved; vfs: no
+	// overlay mounts left behind.
+	p.base = []string{"--root", filepath.Join(p.dir, "root"), "--runroot", filepath.Join(p.dir, "run"), "--tmpdir", filepath.Join(p.dir, "tmp"),
+		"--runtime", "runc", "--cgroup-manager=cgroupfs", "--events-backend=none", "--storage-driver=vfs"}
+	t.Cleanup(func() {
+		if out, err := p.cmd("rm", "--all", "--force", "--time", "0"); err != nil {
+			t.Errorf("podman rm: %v: %s", err, out)
+		}
+	})
+	return p
+}
+
+// rootfs makes a container root of its own: /bin/busybox and its applets.
+func (p *podman) rootfs(t *testing.T) string {
+	t.Helper()
+	root, err := os.MkdirTemp(p.dir, "rootfs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(t, os.WriteFile(filepath.Join(ctx, "bin", "busybox"), data, 0o755))
+	must(t, os.Mkdir(filepath.Join(root, "bin"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "bin", "busybox"), p.bb, 0o755))
 	for _, a := range busyboxApplets {
-		must(t, os.Symlink("busybox", filepath.Join(ctx, "bin", a)))
+		must(t, os.Symlink("busybox", filepath.Join(root, "bin", a)))
 	}
-	must(t, os.WriteFile(filepath.Join(ctx, "Containerfile"), []byte("FROM scratch\nCOPY bin /bin\n"), 0o644))
-	var id [6]byte
-	rand.Read(id[:])
-	p := &podman{
-		// runc: Debian 12's crun refuses this machine's cgroup setup;
-		// cgroupfs and no events: no systemd or journald involved; vfs:
-		// no overlay mounts left behind.
-		base: []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"), "--tmpdir", filepath.Join(dir, "tmp"),
-			"--runtime", "runc", "--cgroup-manager=cgroupfs", "--events-backend=none", "--storage-driver=vfs"},
-		image: "localhost/vpnc-e2e-" + hex.EncodeToString(id[:]) + ":1",
-	}
-	t.Cleanup(func() {
-		p.cmd("rm", "--all", "--force", "--time", "0")
-		if out, err := p.cmd("rmi", "--all", "--force"); err != nil {
-			t.Errorf("podman rmi: %v: %s", err, out)
-		}
-	})
-	if out, err := p.cmd("build", "--quiet", "--tag", p.image, ctx); err != nil {
-		t.Fatalf("podman build: %v: %s", err, out)
-	}
-	return p
+	return root
 }
 
 func (p *podman) cmd(args ...string) (string, error) {
@@ -102,7 +102,7 @@ func (p *podman) start(t *testing.T, flags []string) string {
 	// Podman's default rlimits (nofile, nproc) cannot be set here without
 	// CAP_SYS_RESOURCE; lower ones can.
 	args := append([]string{"run", "--detach", "--name", name, "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}, flags...)
-	if out, err := p.cmd(append(args, p.image, "sleep", "3600")...); err != nil {
+	if out, err := p.cmd(append(args, "--rootfs", p.rootfs(t), "sleep", "3600")...); err != nil {
 		t.Fatalf("podman run %s: %v: %s", strings.Join(flags, " "), err, out)
 	}
 	return name
@@ -152,7 +152,7 @@ func answered(out, addr string) bool {
 // through the tunnel's resolver, sees the namespace's resolver files and
 // interfaces, has neither NET_ADMIN nor NET_RAW, is refused DNS to any
 // other resolver and anything outside the tunnel, and sends nothing on the
-// uplink once the peer is dead. The positive control is the same image
+// uplink once the peer is dead. The positive control is the same root
 // and flags on a namespace the test made with a route out (the
 // topology's host namespace): it reaches the decoy and its resolver, and
 // the decoy logs it.
@@ -284,7 +284,7 @@ func TestPodmanAdditionsRefused(t *testing.T) {
 	noDrops := slices.DeleteFunc(slices.Clone(flags), func(f string) bool { return strings.HasPrefix(f, "--cap-drop=") })
 	run := func(flags ...string) (string, error) {
 		return pm.cmd(append(append([]string{"run", "--rm", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}, flags...),
-			pm.image, "sh", "-c", "cat /run/nscd/socket-stand-in; grep CapBnd /proc/self/status")...)
+			"--rootfs", pm.rootfs(t), "sh", "-c", "cat /run/nscd/socket-stand-in; grep CapBnd /proc/self/status")...)
 	}
 	if out, err := run(append(noMasks, bind)...); err != nil || !strings.HasPrefix(out, "host") {
 		t.Fatalf("control: the bind without the masks: %v: %q", err, out)
