@@ -806,6 +806,35 @@ let
       ) confinedServices
     );
 
+  # OCI containers (issue 22 item 1):
+  # virtualisation.oci-containers.containers.<c>.vpnConfinement.namespace.
+  # The podman flags and the unit's dependencies come from units.json
+  # (agent/unit/container.go).
+  oci = config.virtualisation.oci-containers;
+  confinedContainers = filterAttrs (_: c: c.vpnConfinement.namespace != null) oci.containers;
+  # The container's unit, as nixpkgs names it (serviceName since 24.11).
+  containerService = name: c: "${c.serviceName or "${oci.backend}-${name}"}.service";
+  # Containers of namespace nsName that start with the agent (autoStart:
+  # nixpkgs gives them wantedBy multi-user.target).
+  containersOf =
+    nsName:
+    lib.mapAttrsToList containerService (
+      filterAttrs (_: c: c.vpnConfinement.namespace == nsName && (c.autoStart or true)) confinedContainers
+    );
+  # extraOptions that would undo the confinement: another network, or every
+  # capability (--privileged ignores --cap-drop; CAP_NET_ADMIN in the
+  # namespace removes the kill switch).
+  undoesConfinement =
+    o:
+    let
+      l = lib.toLower o;
+    in
+    hasPrefix "--privileged" l
+    || hasPrefix "--network" l
+    || hasPrefix "--net=" l
+    || l == "--net"
+    || (hasPrefix "--cap-add" l && lib.hasInfix "all" l);
+
   configFile = name: "${configDir}/${fileOf name}";
 
   # systemd.{services,sockets}.<name>.vpnConfinement.namespace.
@@ -942,6 +971,39 @@ let
       sock: s:
       nsAssertions "systemd.sockets.${builtins.toJSON sock}.vpnConfinement" (effectiveNs s.vpnConfinement)
     ) confinedSockets
+  );
+
+  containerAssertions = lib.flatten (
+    mapAttrsToList (
+      name: c:
+      let
+        ns = c.vpnConfinement.namespace;
+        where = "virtualisation.oci-containers.containers.${builtins.toJSON name}";
+        own = map (fill { name = ns; }) units.podman.flags;
+      in
+      [
+        {
+          assertion = cfg.namespaces ? ${ns};
+          message = "${where}.vpnConfinement.namespace = ${builtins.toJSON ns} is not defined; define services.vpnConfinement.namespaces.${ns} or use one of: ${
+            if namespaceNames == [ ] then "(none defined)" else concatStringsSep ", " namespaceNames
+          }.";
+        }
+        {
+          assertion = c.ports == [ ];
+          message = "${where}.ports = ${builtins.toJSON c.ports}, but a container in namespace ${builtins.toJSON ns} has no podman network to publish ports on; remove ports and publish through services.vpnConfinement.namespaces.${ns}.hostLink.portMappings (from = the host port, to = the container's port; hostLink.enable = true).";
+        }
+        {
+          assertion = oci.backend == "podman";
+          message = "${where}.vpnConfinement: virtualisation.oci-containers.backend = ${builtins.toJSON oci.backend}, but Docker cannot join a named network namespace (/run/netns/${ns}); set virtualisation.oci-containers.backend = \"podman\" (Docker needs the sidecar mode: a container sharing the network of a confined one, not built yet).";
+        }
+        {
+          assertion = !any undoesConfinement (filter (o: !(elem o own)) c.extraOptions);
+          message = "${where}.extraOptions has ${
+            concatStringsSep " " (filter undoesConfinement (filter (o: !(elem o own)) c.extraOptions))
+          }, which would undo vpnConfinement (another network, or every capability: --privileged ignores --cap-drop, and CAP_NET_ADMIN removes the kill switch); remove it.";
+        }
+      ]
+    ) confinedContainers
   );
 in
 {
@@ -1130,6 +1192,39 @@ in
     );
   };
 
+  # Per-container attachment:
+  # virtualisation.oci-containers.containers.<c>.vpnConfinement.
+  options.virtualisation.oci-containers.containers = mkOption {
+    type = types.attrsOf (
+      types.submodule (
+        { config, ... }:
+        {
+          options.vpnConfinement.namespace = nullOption types.str {
+            example = "proton";
+            description = ''
+              Run the container in this namespace of
+              `services.vpnConfinement.namespaces` (`null`: not confined).
+              Adds to `extraOptions` the podman flags of
+              `vpn-agent podman-flags NAME`: `--network=ns:/run/netns/NAME`,
+              read-only binds of the namespace's `resolv.conf` and
+              `nsswitch.conf` over the container's (the agent rewrites
+              `resolv.conf` in place at a failover; the container sees it at
+              once), masks of the host resolver directories, and
+              `--cap-drop=NET_ADMIN --cap-drop=NET_RAW`. The container's unit
+              is bound to the agent (`BindsTo=`, `After=`, `PartOf=`) and
+              started with it. Needs the podman backend and no `ports`
+              (publish through the namespace's `hostLink.portMappings`).
+            '';
+          };
+          config = mkIf (config.vpnConfinement.namespace != null) {
+            # Last: after the user's own options.
+            extraOptions = lib.mkAfter (map (fill { name = config.vpnConfinement.namespace; }) units.podman.flags);
+          };
+        }
+      )
+    );
+  };
+
   config = mkMerge [
   {
     # Outside `mkIf cfg.enable`: a service asking for confinement while the
@@ -1141,7 +1236,11 @@ in
     ++ mapAttrsToList (sock: _: {
       assertion = cfg.enable;
       message = "systemd.sockets.${builtins.toJSON sock}.vpnConfinement.enable is set but services.vpnConfinement.enable is false, so the socket would listen UNCONFINED, on the host; set services.vpnConfinement.enable = true.";
-    }) confinedSockets;
+    }) confinedSockets
+    ++ mapAttrsToList (name: _: {
+      assertion = cfg.enable;
+      message = "virtualisation.oci-containers.containers.${builtins.toJSON name}.vpnConfinement.namespace is set but services.vpnConfinement.enable is false, so no agent makes the namespace (the container cannot start); set services.vpnConfinement.enable = true.";
+    }) confinedContainers;
   }
   (mkIf cfg.enable {
     assertions = [
@@ -1159,7 +1258,8 @@ in
       message = "${opt name}.health.probe.enable = false, but health.probe.address, interval or failures is set; remove them, or enable the probe.";
     }) cfg.namespaces
     ++ serviceAssertions
-    ++ socketAssertions;
+    ++ socketAssertions
+    ++ containerAssertions;
 
     warnings =
       # As `vpn-agent validate` warns (config.Listen.Exposed): metrics on
@@ -1202,10 +1302,21 @@ in
           u
           // {
             before = map (s: "${s}.service") (servicesOf name);
-            wants = u.wants ++ map (s: "${s}.service") (restartedOf name) ++ map (s: "${s}.socket") (socketsOf name);
+            wants = u.wants ++ map (s: "${s}.service") (restartedOf name) ++ map (s: "${s}.socket") (socketsOf name) ++ containersOf name;
           }
         )
       ) cfg.namespaces)
+      # A confined container's unit: the confined service's dependencies on
+      # the agent (units.json podman.unit); a namespace the agent recreates
+      # is a new one, and the container must be restarted into it.
+      (mapAttrs' (
+        name: c:
+        nameValuePair (lib.removeSuffix ".service" (containerService name c)) (
+          removeAttrs (nixosUnit {
+            agent = "${agentUnit c.vpnConfinement.namespace}.service";
+          } units.podman.unit) [ "serviceConfig" ]
+        )
+      ) confinedContainers)
       # Confined services mask /run/nscd; nscd (nixpkgs: RuntimeDirectory =
       # "nscd", for nsncd too) must not remove it when it stops or restarts
       # (agent/unit.NscdKeepsDir). On whenever the module is (a condition on

@@ -20,6 +20,12 @@ have qbittorrent-nox     || need+=(qbittorrent-nox)
 # promtool checks the metrics exposition; prometheus scrapes the agent in e2e.
 { have promtool && have prometheus; } || need+=(prometheus)
 have nix-instantiate || need+=(nix-bin)
+# tests/e2e/podman_test.go: Debian's podman with runc (crun refuses the CI
+# machines' cgroup setup), and a static busybox for its offline image.
+have podman || need+=(podman)
+have runc   || need+=(runc)
+have catatonit || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 if [ "${VPNC_WITH_VM:-1}" = 1 ]; then
   have qemu-system-x86_64 || need+=(qemu-system-x86)
   have debootstrap || need+=(debootstrap)

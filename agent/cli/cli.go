@@ -48,7 +48,8 @@ func commands() []command {
 		{"status", "[NAME...] [--json]", "show namespace health (exit 1 if degraded, 2 if not up; needs root)", cmdStatus},
 		{"validate", "--config FILE [--config FILE...] [--static]", "check configs (and conflicts between them); change nothing", cmdValidate},
 		{"policy", "--config FILE [--host]", "print the kill-switch ruleset (nft syntax)", cmdPolicy},
-		{"unit", "NAME [--config FILE] [--agent-unit UNIT] [--socket | --restart-with-agent UNITS]", "print the systemd drop-in confining a service (or a socket unit)", cmdUnit},
+		{"unit", "NAME [--config FILE] [--agent-unit UNIT] [--socket | --container | --restart-with-agent UNITS]", "print the systemd drop-in confining a service (or a socket unit, or a container's unit)", cmdUnit},
+		{"podman-flags", "NAME [--config FILE] [--why]", "print the podman run flags confining a container, one a line", cmdPodmanFlags},
 		{"demo", "[-- CMD [ARG...]]", "confine a command behind a local WireGuard peer (no VPN account)", cmdDemo},
 		{"version", "", "print the version", cmdVersion},
 	}

@@ -19,6 +19,7 @@ func cmdUnit(args []string, out io.Writer) int {
 	agentUnit := fs.String("agent-unit", "", "the agent's unit (default vpn-agent@NAME.service)")
 	restart := fs.String("restart-with-agent", "", "instead, print the agent-side drop-in (Wants=) that starts these (comma-separated) long-running services with the agent, also after its automatic restart")
 	socket := fs.Bool("socket", false, "instead, print the drop-in for a socket unit: its listening sockets are created in the namespace (confine the service it activates with the plain drop-in)")
+	container := fs.Bool("container", false, "instead, print the drop-in for the unit that runs a podman container confined by vpn-agent podman-flags NAME (its dependencies on the agent only)")
 	upholds := fs.String("upholds", "", "deprecated name of --restart-with-agent (prints Wants=, no longer Upholds=)")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
@@ -29,16 +30,9 @@ func cmdUnit(args []string, out io.Writer) int {
 	}
 	iface, nsVeth := names.Tunnel(name), ""
 	if *cfg != "" {
-		c, err := config.Load(*cfg)
+		s, err := specNamed(*cfg, name)
 		if err != nil {
 			return fail(err)
-		}
-		s, err := config.Resolve(c, config.Options{Static: true})
-		if err != nil {
-			return fail(err)
-		}
-		if s.Name != name {
-			return fail(&config.FieldError{Field: "NAME", Msg: fmt.Sprintf("%q does not match the config's name %q", name, s.Name), Fix: "use the config's name"})
 		}
 		iface = s.Interface
 		if s.HostLink != nil {
@@ -57,6 +51,13 @@ func cmdUnit(args []string, out io.Writer) int {
 	if *restart != "" && *socket {
 		return fail(&config.FieldError{Field: "--socket", Msg: "cannot be combined with " + flag, Fix: "print the socket's drop-in and the agent's in two runs"})
 	}
+	if *container && (*restart != "" || *socket) {
+		other := flag
+		if *socket {
+			other = "--socket"
+		}
+		return fail(&config.FieldError{Field: "--container", Msg: "cannot be combined with " + other, Fix: "print each drop-in in a run of its own"})
+	}
 	if *restart != "" {
 		services := strings.Split(*restart, ",")
 		for _, s := range services {
@@ -69,6 +70,10 @@ func cmdUnit(args []string, out io.Writer) int {
 	}
 	if *socket {
 		fmt.Fprint(out, unit.SocketDropIn(name, *agentUnit))
+		return ExitOK
+	}
+	if *container {
+		fmt.Fprint(out, unit.ContainerDropIn(name, *agentUnit))
 		return ExitOK
 	}
 	fmt.Fprint(out, unit.DropIn(name, iface, nsVeth, *agentUnit))

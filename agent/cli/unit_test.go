@@ -34,4 +34,11 @@ func TestUnitSocket(t *testing.T) {
 	if rc := cmdUnit([]string{"proton", "--socket", "--restart-with-agent", "a.service"}, &out); rc != ExitBadInput || out.Len() != 0 {
 		t.Errorf("--socket with --restart-with-agent: rc %d, printed %q", rc, out.String())
 	}
+	// --container with either of them: refused too, never one silently ignored.
+	for _, other := range [][]string{{"--socket"}, {"--restart-with-agent", "a.service"}} {
+		out.Reset()
+		if rc := cmdUnit(append([]string{"proton", "--container"}, other...), &out); rc != ExitBadInput || out.Len() != 0 {
+			t.Errorf("--container with %v: rc %d, printed %q", other, rc, out.String())
+		}
+	}
 }

@@ -144,6 +144,9 @@ func nixJSON() []byte {
 		"confined": jsonUnit(Confined()),
 		// systemd.sockets.SOCKET.vpnConfinement (agent/unit/socket.go).
 		"confinedSocket": jsonUnit(ConfinedSocket()),
+		// A confined container's podman flags and its unit's dependencies
+		// (container.go).
+		"podman": map[string]any{"flags": podmanFlagList(), "unit": jsonUnit(Container())},
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

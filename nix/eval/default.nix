@@ -444,8 +444,48 @@ let
     ++ lib.optional ((gen 0).memory or null != { packetBuffers = 0; }) "memory: packetBuffers = 0 (unbounded) generated ${builtins.toJSON (gen 0)}"
     ++ lib.optional (unset ? memory) "memory: unset, yet in the JSON: ${builtins.toJSON unset}";
 
+  # A container qbit confined to namespace vpn, with extra settings.
+  confinedContainer =
+    extra:
+    withBase {
+      virtualisation.oci-containers.containers.qbit = {
+        image = "lscr.io/linuxserver/qbittorrent";
+        vpnConfinement.namespace = "vpn";
+      }
+      // extra;
+    };
+
   # What only NixOS knows: each must trip a module assertion containing `expect`.
   cases = {
+    container-ports = {
+      config = confinedContainer { ports = [ "8080:8080" ]; };
+      expect = "containers.\"qbit\".ports = [\"8080:8080\"], but a container in namespace \"vpn\" has no podman network to publish ports on; remove ports and publish through services.vpnConfinement.namespaces.vpn.hostLink.portMappings";
+    };
+    container-docker = {
+      config = lib.recursiveUpdate (confinedContainer { }) { virtualisation.oci-containers.backend = "docker"; };
+      expect = "virtualisation.oci-containers.backend = \"docker\", but Docker cannot join a named network namespace (/run/netns/vpn); set virtualisation.oci-containers.backend = \"podman\"";
+    };
+    container-no-namespace = {
+      config = confinedContainer { vpnConfinement.namespace = "proton"; };
+      expect = "containers.\"qbit\".vpnConfinement.namespace = \"proton\" is not defined; define services.vpnConfinement.namespaces.proton or use one of: vpn.";
+    };
+    container-privileged = {
+      config = confinedContainer { extraOptions = [ "--privileged" ]; };
+      expect = "containers.\"qbit\".extraOptions has --privileged, which would undo vpnConfinement";
+    };
+    container-other-network = {
+      config = confinedContainer { extraOptions = [ "--network=host" ]; };
+      expect = "extraOptions has --network=host, which would undo vpnConfinement";
+    };
+    container-module-off = {
+      config = {
+        virtualisation.oci-containers.containers.qbit = {
+          image = "lscr.io/linuxserver/qbittorrent";
+          vpnConfinement.namespace = "vpn";
+        };
+      };
+      expect = "vpnConfinement.namespace is set but services.vpnConfinement.enable is false";
+    };
     probe-off-and-set = {
       config = withBase {
         services.vpnConfinement.namespaces.vpn.health.probe = {
@@ -1019,6 +1059,58 @@ let
     ) "nscd: RuntimeDirectoryPreserve is not set (a restart would unmask /run/nscd)"
     ++ lib.optional (off.systemd.services ? nscd) "nscd: a unit is defined although services.nscd is off";
 
+  # A confined container (issue 22 item 1): the podman flags of
+  # units.json in extraOptions after the user's own, its unit bound to the
+  # agent, which starts it (autoStart) or not; an unconfined one untouched.
+  podmanChecks =
+    let
+      cfg = eval (withBase {
+        virtualisation.oci-containers.containers = {
+          qbit = {
+            image = "lscr.io/linuxserver/qbittorrent";
+            vpnConfinement.namespace = "vpn";
+            extraOptions = [ "--ulimit=nofile=1024:1024" ];
+          };
+          manual = {
+            image = "busybox";
+            vpnConfinement.namespace = "vpn";
+            autoStart = false;
+          };
+          plain.image = "busybox";
+        };
+      });
+      c = cfg.virtualisation.oci-containers.containers;
+      u = cfg.systemd.services;
+      agent = [ "vpn-agent-vpn.service" ];
+      want = [
+        "--ulimit=nofile=1024:1024"
+        "--network=ns:/run/netns/vpn"
+        "--volume=/etc/netns/vpn/resolv.conf:/etc/resolv.conf:ro"
+        "--volume=/etc/netns/vpn/nsswitch.conf:/etc/nsswitch.conf:ro"
+        "--volume=/etc/netns/vpn/resolv.conf:/run/systemd/resolve/stub-resolv.conf:ro"
+        "--volume=/etc/netns/vpn/resolv.conf:/run/systemd/resolve/resolv.conf:ro"
+        "--tmpfs=/run/nscd:ro,mode=0755"
+        "--tmpfs=/run/systemd/resolve:ro,mode=0755"
+        "--tmpfs=/run/dbus:ro,mode=0755"
+        "--tmpfs=/var/run/wireguard:ro,mode=0755"
+        "--cap-drop=NET_ADMIN"
+        "--cap-drop=NET_RAW"
+      ];
+      check = what: got: w: lib.optional (got != w) "podman: ${what}: got ${builtins.toJSON got}, want ${builtins.toJSON w}";
+    in
+    check "assertions" (failedAssertions cfg) [ ]
+    ++ check "qbit extraOptions" c.qbit.extraOptions want
+    ++ check "plain extraOptions" c.plain.extraOptions [ ]
+    ++ check "podman-qbit bindsTo" u.podman-qbit.bindsTo agent
+    ++ check "podman-qbit after" u.podman-qbit.after agent
+    ++ check "podman-qbit partOf" u.podman-qbit.partOf agent
+    ++ check "podman-manual bindsTo" u.podman-manual.bindsTo agent
+    ++ check "podman-plain defined" (u ? podman-plain) false
+    ++ check "agent wants (autoStart containers)" u.vpn-agent-vpn.wants [
+      "network-online.target"
+      "podman-qbit.service"
+    ];
+
   kernelChecks =
     let
       cfg = eval (withBase { services.vpnConfinement.namespaces.vpn.backend = "kernel"; });
@@ -1051,6 +1143,7 @@ in
     ++ nscdChecks
     ++ socketChecks
     ++ kernelChecks
+    ++ podmanChecks
     ++ newOptionChecks
     ++ portForwardingChecks
     ++ memoryChecks;

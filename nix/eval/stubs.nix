@@ -112,6 +112,30 @@ in
       );
       default = { };
     };
+    # nixpkgs' virtualisation.oci-containers, what the module reads and sets.
+    virtualisation.oci-containers.backend = mkOption {
+      type = types.enum [
+        "podman"
+        "docker"
+      ];
+      default = "podman";
+    };
+    virtualisation.oci-containers.containers = mkOption {
+      type = types.attrsOf (
+        types.submodule {
+          options = {
+            image = mkOption { type = types.str; };
+            ports = listOpt;
+            extraOptions = listOpt;
+            autoStart = mkOption {
+              type = types.bool;
+              default = true;
+            };
+          };
+        }
+      );
+      default = { };
+    };
     boot.kernelModules = listOpt;
     boot.kernel.sysctl = mkOption {
       type = types.attrsOf types.anything;
