@@ -18,6 +18,9 @@ import (
 func TestStatusIdleFirstMinutes(t *testing.T) {
 	t.Parallel()
 	noProbe := func(c *config.Config) { c.Health.NoProbe = true }
+	// The three cases poll side by side in this one test: three minutes
+	// of waiting take one of the suite's parallel slots, not three.
+	var polls []*idlePoll
 	for _, c := range []struct {
 		name  string
 		edit  func(*config.Config)
@@ -27,63 +30,99 @@ func TestStatusIdleFirstMinutes(t *testing.T) {
 		{"handshaken, probe off", noProbe, true},
 		{"default probe", nil, false},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			s := newPoolSite(t, "", func(p *harness.Pool) []string { return []string{p.FileA} }, c.edit)
-			s.run(t)
-			if c.touch {
-				if r := harness.Eventually(10*time.Second, s.echo); !r.Reached() {
-					t.Fatalf("no traffic through the tunnel: %v", r)
-				}
+		s := newPoolSite(t, "", func(p *harness.Pool) []string { return []string{p.FileA} }, c.edit)
+		s.run(t)
+		if c.touch {
+			if r := harness.Eventually(10*time.Second, s.echo); !r.Reached() {
+				t.Fatalf("%s: no traffic through the tunnel: %v", c.name, r)
 			}
-			s.pollIdle(t, 190*time.Second, c.edit == nil || c.touch, 0)
-		})
+		}
+		polls = append(polls, &idlePoll{name: c.name, s: s, handshaken: c.edit == nil || c.touch})
 	}
-}
-
-// pollIdle polls status every 5 s for d: each exits 0, names the tunnel
-// alive or idle on server, and (with handshaken) shows a handshake age
-// within a poll of the previous plus the time between them, or younger
-// (a new handshake). Without handshaken the device has none: "never".
-func (s *poolSite) pollIdle(t *testing.T, d time.Duration, handshaken bool, server int) {
-	t.Helper()
 	start := time.Now()
-	var lastAge float64
-	var lastAt time.Time
-	polls := 0
-	for time.Since(start) < d {
-		at := time.Now()
-		rc, m := s.status(t)
-		polls++
-		state := harness.JSONField(m, "tunnel", "state")
-		peers, _ := m["peers"].([]any)
-		var age any
-		if len(peers) == 1 {
-			age = harness.JSONField(peers[0].(map[string]any), "handshakeAgeSeconds")
-		}
-		if rc != 0 || (state != "alive" && state != "idle") || harness.JSONField(m, "server", "index") != float64(server) || len(peers) != 1 {
-			t.Fatalf("%v after start: status rc %d, tunnel %v, server %v, problems %v, peers %v; want rc 0, alive or idle\nagent:\n%s",
-				time.Since(start).Round(time.Second), rc, m["tunnel"], m["server"], m["problems"], m["peers"], s.d.Output())
-		}
-		a, ok := age.(float64)
-		switch {
-		case !handshaken && ok:
-			t.Fatalf("never handshaken, but status shows a handshake %vs ago", a)
-		case handshaken && polls > 1 && !ok:
-			t.Fatalf("%v after start: status shows no handshake: %v", time.Since(start).Round(time.Second), m["peers"])
-		case ok && !lastAt.IsZero() && a > lastAge+at.Sub(lastAt).Seconds()+2:
-			t.Fatalf("handshake age went from %.0fs to %.0fs in %v", lastAge, a, at.Sub(lastAt).Round(time.Second))
-		}
-		if ok {
-			lastAge, lastAt = a, at
+	for time.Since(start) < 190*time.Second {
+		for _, p := range polls {
+			p.poll(t, start)
 		}
 		time.Sleep(5 * time.Second)
 	}
-	o := s.ag.Cmd("status", s.name)
-	if o.ExitCode() != 0 || strings.Contains(o.Stdout, "unknown") || strings.Contains(o.Stdout, "problem") || (handshaken && strings.Contains(o.Stdout, "handshake never")) {
-		t.Errorf("status text after %d polls:\n%s", polls, o)
+	for _, p := range polls {
+		p.finish(t, start)
 	}
-	t.Logf("%d polls over %v, all rc 0; last handshake age %.0fs\n%s", polls, time.Since(start).Round(time.Second), lastAge, o.Stdout)
+}
+
+// pollIdle polls status every 5 s for d (idlePoll says what each poll
+// asks of it).
+func (s *poolSite) pollIdle(t *testing.T, d time.Duration, handshaken bool, server int) {
+	t.Helper()
+	p := &idlePoll{s: s, handshaken: handshaken, server: server}
+	start := time.Now()
+	for time.Since(start) < d {
+		p.poll(t, start)
+		time.Sleep(5 * time.Second)
+	}
+	p.finish(t, start)
+}
+
+// idlePoll is one site's status polls: each exits 0, names the tunnel
+// alive or idle on server, and (with handshaken) shows a handshake age
+// within a poll of the previous plus the time between them, or younger
+// (a new handshake). Without handshaken the device has none: "never".
+type idlePoll struct {
+	name       string
+	s          *poolSite
+	handshaken bool
+	server     int
+	lastAge    float64
+	lastAt     time.Time
+	polls      int
+}
+
+func (p *idlePoll) poll(t *testing.T, start time.Time) {
+	t.Helper()
+	s := p.s
+	at := time.Now()
+	rc, m := s.status(t)
+	p.polls++
+	state := harness.JSONField(m, "tunnel", "state")
+	peers, _ := m["peers"].([]any)
+	var age any
+	if len(peers) == 1 {
+		age = harness.JSONField(peers[0].(map[string]any), "handshakeAgeSeconds")
+	}
+	if rc != 0 || (state != "alive" && state != "idle") || harness.JSONField(m, "server", "index") != float64(p.server) || len(peers) != 1 {
+		t.Fatalf("%s%v after start: status rc %d, tunnel %v, server %v, problems %v, peers %v; want rc 0, alive or idle\nagent:\n%s",
+			p.prefix(), time.Since(start).Round(time.Second), rc, m["tunnel"], m["server"], m["problems"], m["peers"], s.d.Output())
+	}
+	a, ok := age.(float64)
+	switch {
+	case !p.handshaken && ok:
+		t.Fatalf("%snever handshaken, but status shows a handshake %vs ago", p.prefix(), a)
+	case p.handshaken && p.polls > 1 && !ok:
+		t.Fatalf("%s%v after start: status shows no handshake: %v", p.prefix(), time.Since(start).Round(time.Second), m["peers"])
+	case ok && !p.lastAt.IsZero() && a > p.lastAge+at.Sub(p.lastAt).Seconds()+2:
+		t.Fatalf("%shandshake age went from %.0fs to %.0fs in %v", p.prefix(), p.lastAge, a, at.Sub(p.lastAt).Round(time.Second))
+	}
+	if ok {
+		p.lastAge, p.lastAt = a, at
+	}
+}
+
+// finish checks the status text once the polls are done.
+func (p *idlePoll) finish(t *testing.T, start time.Time) {
+	t.Helper()
+	o := p.s.ag.Cmd("status", p.s.name)
+	if o.ExitCode() != 0 || strings.Contains(o.Stdout, "unknown") || strings.Contains(o.Stdout, "problem") || (p.handshaken && strings.Contains(o.Stdout, "handshake never")) {
+		t.Errorf("%sstatus text after %d polls:\n%s", p.prefix(), p.polls, o)
+	}
+	t.Logf("%s%d polls over %v, all rc 0; last handshake age %.0fs\n%s", p.prefix(), p.polls, time.Since(start).Round(time.Second), p.lastAge, o.Stdout)
+}
+
+func (p *idlePoll) prefix() string {
+	if p.name == "" {
+		return ""
+	}
+	return p.name + ": "
 }
 
 // Issue 21.3: an idle tunnel whose server dies is judged dead without a
