@@ -38,5 +38,6 @@ func Members(name string) ([]int, error) {
 			pids = append(pids, pid)
 		}
 	}
+	slices.Sort(pids) // /proc lists names, so "10001" before "9998"
 	return pids, nil
 }

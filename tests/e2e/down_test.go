@@ -223,6 +223,7 @@ func TestDownNamesProcessesLeft(t *testing.T) {
 		}
 		pids, sleep = inside()
 	}
+	slices.Sort(pids) // down names them in numeric order
 	if !slices.Contains(pids, cmd.Process.Pid) || len(pids) != 3 {
 		t.Errorf("in the namespace: pids %v, want the exec process %d, its init and the sleep %d", pids, cmd.Process.Pid, sleep)
 	}
