@@ -71,6 +71,8 @@ var env struct {
 	hooksErr    error
 	probeBin    string // tests/cmd/sandboxprobe (in a directory every user can reach)
 	probeErr    error
+	netprobeBin string // tests/cmd/netprobe, static (the container matrix copies it into its containers' roots)
+	netprobeErr error
 }
 
 func TestMain(m *testing.M) {
@@ -184,6 +186,14 @@ func buildAll(dir string) {
 		defer wg.Done()
 		env.probeBin, env.probeErr = goBuild(dir, "sandboxprobe", "./tests/cmd/sandboxprobe")
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		env.netprobeBin, env.netprobeErr = goBuildEnv([]string{"CGO_ENABLED=0"}, dir, "netprobe", "./tests/cmd/netprobe")
+		if env.netprobeErr == nil {
+			env.netprobeErr = isStatic(env.netprobeBin)
+		}
+	}()
 	wg.Wait()
 }
 
@@ -200,6 +210,11 @@ func checkHooks(bin string) error {
 }
 
 func goBuild(dir, name, pkg string, flags ...string) (string, error) {
+	return goBuildEnv(nil, dir, name, pkg, flags...)
+}
+
+// goBuildEnv is goBuild with environ (NAME=value) added to go's.
+func goBuildEnv(environ []string, dir, name, pkg string, flags ...string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
@@ -211,6 +226,9 @@ func goBuild(dir, name, pkg string, flags ...string) (string, error) {
 	out := filepath.Join(dir, name)
 	cmd := exec.Command(gobin, append(append([]string{"build"}, flags...), "-o", out, pkg)...)
 	cmd.Dir = root
+	if environ != nil {
+		cmd.Env = append(os.Environ(), environ...)
+	}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"debug/elf"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,9 @@ type podman struct {
 	base []string
 	dir  string
 	bb   []byte // a static busybox
+	// files are more static programs for /bin of the containers' roots
+	// (the container matrix's netprobe), by name.
+	files map[string][]byte
 }
 
 // The applets the probes use, as symlinks to /bin/busybox in the root.
@@ -43,19 +47,58 @@ var busyboxApplets = []string{"sh", "cat", "echo", "nc", "nslookup", "sleep", "g
 // --root says.
 func newPodman(t *testing.T) *podman {
 	t.Helper()
+	if why := podmanMissing(); why != "" {
+		t.Skip(why)
+	}
+	return podmanFor(t)
+}
+
+// podmanMissing says what of podman, runc and a static busybox is
+// missing ("" when nothing is).
+func podmanMissing() string {
 	for _, b := range []string{"podman", "runc"} {
 		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("%s is not installed (scripts/deps.sh installs podman, runc, catatonit, busybox-static)", b)
+			return b + " is not installed (scripts/deps.sh installs podman, runc, catatonit, busybox-static)"
 		}
 	}
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
-		t.Skip("busybox is not installed (scripts/deps.sh installs busybox-static)")
+		return "busybox is not installed (scripts/deps.sh installs busybox-static)"
 	}
-	if f, err := elf.Open(bb); err != nil || f.Section(".interp") != nil {
-		t.Skipf("%s is not a static busybox (install busybox-static): %v", bb, err)
+	if err := isStatic(bb); err != nil {
+		return err.Error() + " (install busybox-static)"
 	}
-	p := &podman{dir: t.TempDir()}
+	return ""
+}
+
+// isStatic fails unless path is a statically linked ELF program.
+func isStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	if f.Section(".interp") != nil {
+		return fmt.Errorf("%s is not statically linked", path)
+	}
+	return nil
+}
+
+// podmanFor is newPodman once podmanMissing said nothing is missing.
+func podmanFor(t *testing.T) *podman {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short directory of its own: podman refuses a --runroot longer
+	// than 50 characters (t.TempDir's names grow with the test's).
+	dir, err := os.MkdirTemp("", "vpnc-pm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	p := &podman{dir: dir}
 	if p.bb, err = os.ReadFile(bb); err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +126,9 @@ func (p *podman) rootfs(t *testing.T) string {
 	must(t, os.WriteFile(filepath.Join(root, "bin", "busybox"), p.bb, 0o755))
 	for _, a := range busyboxApplets {
 		must(t, os.Symlink("busybox", filepath.Join(root, "bin", a)))
+	}
+	for name, b := range p.files {
+		must(t, os.WriteFile(filepath.Join(root, "bin", name), b, 0o755))
 	}
 	return root
 }
