@@ -7,7 +7,9 @@
 //
 // TestMain builds tests/cmd/provider, agent/cmd/vpn-agent and, for the
 // fault suite, agent/cmd/vpn-agent again with -tags vpnagent_testhooks
-// (the production build has no fault-injection hooks), unless
+// (the production build has no fault-injection hooks), and
+// tests/cmd/sandboxprobe and tests/cmd/netprobe (static: the leak matrix
+// copies it into its podman containers' roots), unless
 // -provider/$VPN_E2E_PROVIDER, -agent/$VPN_E2E_AGENT and
 // -agent-hooks/$VPN_E2E_AGENT_HOOKS name prebuilt binaries (with all
 // three, no Go toolchain is needed: `go test -c` once, run the binary

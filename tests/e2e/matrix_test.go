@@ -58,10 +58,12 @@ func TestLeakMatrix(t *testing.T) {
 	}
 	t.Parallel()
 	mx := newMatrix(matrixRows())
-	if env.netprobeErr != nil {
-		t.Fatalf("tests/cmd/netprobe (the container matrix's probe): %v", env.netprobeErr)
-	}
+	// The container matrix runs where podman does (not in the VM tier,
+	// which has no podman, nor a Go toolchain to build netprobe).
 	if mx.ctrSkipped = podmanMissing(); mx.ctrSkipped == "" {
+		if env.netprobeErr != nil {
+			t.Fatalf("tests/cmd/netprobe (the container matrix's probe): %v", env.netprobeErr)
+		}
 		mx.ctr = newCtrMatrix(mx.rows)
 	}
 	t.Run("sites", func(t *testing.T) {
