@@ -90,6 +90,7 @@ func (mx *matrix) startContainers(s *site, controls bool) {
 		t.Fatal(err)
 	}
 	pm.files = map[string][]byte{"netprobe": bin}
+	start := time.Now()
 	flags := podmanFlags(t, s.ag, s.name)
 	c := &ctrProbes{pm: pm, confined: pm.start(t, flags), plain: map[from]string{}}
 	if controls {
@@ -100,6 +101,7 @@ func (mx *matrix) startContainers(s *site, controls bool) {
 		}
 	}
 	s.ctr = c
+	mx.ctr.note("%s: %d containers started in %v", s.name, 1+len(c.plain), time.Since(start).Round(100*time.Millisecond))
 }
 
 // run runs specs in container ctr with netprobe, concurrently; when
@@ -170,12 +172,14 @@ func (mx *matrix) ctrState(s *site, sp stateSpec, extra ...func(w *window)) {
 		return
 	}
 	cx.setBackend(s.backend)
+	start := time.Now()
 	cx.state(s, sp, func(w *window) {
 		w.roundBy(cx.rows, func() []probe.Result { return s.ctr.round(cx.rows) })
 		for _, f := range extra {
 			f(w)
 		}
 	})
+	cx.note("state %s: %d probes from container %s, the window's controls and judging took %v", sp.col, len(cx.rows), s.ctr.confined, time.Since(start).Round(100*time.Millisecond))
 }
 
 // ctrAfterFailover is state F's positive control: the container reaches
