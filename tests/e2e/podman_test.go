@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/rand"
 	"debug/elf"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +99,6 @@ func podmanFor(t *testing.T) *podman {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
 	p := &podman{dir: dir}
 	if p.bb, err = os.ReadFile(bb); err != nil {
 		t.Fatal(err)
@@ -111,8 +112,40 @@ func podmanFor(t *testing.T) *podman {
 		if out, err := p.cmd("rm", "--all", "--force", "--time", "0"); err != nil {
 			t.Errorf("podman rm: %v: %s", err, out)
 		}
+		// conmon runs each removed container's exit command (`podman
+		// container cleanup` with this --root) after the rm; it would
+		// make the storage again in a directory removed before it ran.
+		if pids := procsNaming(dir, 10*time.Second); len(pids) > 0 {
+			t.Errorf("podman processes of %s still running 10s after podman rm: %v", dir, pids)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("podman's directory: %v", err)
+		}
 	})
 	return p
+}
+
+// procsNaming waits up to within for the processes with s in their
+// command line to exit, and returns the pids of those still running.
+func procsNaming(s string, within time.Duration) []int {
+	deadline := time.Now().Add(within)
+	for {
+		var pids []int
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Contains(b, []byte(s)) {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // rootfs makes a container root of its own: /bin/busybox and its applets.
