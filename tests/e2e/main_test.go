@@ -20,8 +20,9 @@
 //	VPNC_E2E_BACKEND    backend for the leak matrix and fault suite's agent
 //	                    configs (default "auto": kernel WireGuard when the
 //	                    module exists, userspace otherwise)
-//	VPNC_MATRIX_REPORT  file to write the leak-matrix report to (the table,
-//	                    the fault-suite summary, and the closing "leak
+//	VPNC_MATRIX_REPORT  file to write the leak-matrix report to (the
+//	                    fault-suite summary, the container matrix's table
+//	                    and line, the table, and the closing "leak
 //	                    matrix: ..." line); `go test ./...` hides the
 //	                    stdout of passing packages
 package e2e
