@@ -22,6 +22,8 @@ type fakeDNS struct {
 	addr netip.AddrPort
 	// answer makes the reply to a query (nil: none). Set before use.
 	answer func(raw []byte, tcp bool) []byte
+	// spoof, if set, makes datagrams sent over UDP before the answer.
+	spoof func(raw []byte) [][]byte
 
 	mu      sync.Mutex
 	names   []string // question names, lower case, in the order seen
@@ -59,6 +61,14 @@ func newFake(t testing.TB, answer func(raw []byte, tcp bool) []byte) *fakeDNS {
 			}
 			raw := bytes.Clone(buf[:n])
 			go func() {
+				f.mu.Lock()
+				spoof := f.spoof
+				f.mu.Unlock()
+				if spoof != nil {
+					for _, b := range spoof(raw) {
+						udp.WriteToUDPAddrPort(b, from)
+					}
+				}
 				if resp := f.see(raw, false); resp != nil {
 					udp.WriteToUDPAddrPort(resp, from)
 				}

@@ -302,6 +302,26 @@ func TestFailover(t *testing.T) {
 	}
 }
 
+func TestIgnoresOtherAnswers(t *testing.T) {
+	g := newRig(t, time.Second, nil)
+	g.tunA.spoof = func(raw []byte) [][]byte {
+		req := new(dns.Msg)
+		if req.Unpack(raw) != nil {
+			return nil
+		}
+		wrongID := pack(t, new(dns.Msg).SetReply(req))
+		wrongID[0] ^= 0xff
+		wrongName := req.Copy()
+		wrongName.Question[0].Name = "evil.example."
+		wrongType := req.Copy()
+		wrongType.Question[0].Qtype = dns.TypeAAAA
+		return [][]byte{wrongID, pack(t, new(dns.Msg).SetReply(wrongName)), pack(t, new(dns.Msg).SetReply(wrongType)), raw, {1, 2, 3}}
+	}
+	if a, resp := g.ask(t, "udp", "example.com."); a != tunnelA {
+		t.Errorf("answer %v, want the resolver's real answer %s", resp, tunnelA)
+	}
+}
+
 // bigAnswer answers UDP with TC set and nothing else, TCP with 40 A
 // records (about 700 bytes).
 func bigAnswer(raw []byte, tcp bool) []byte {
