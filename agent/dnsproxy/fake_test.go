@@ -99,6 +99,25 @@ func newFake(t testing.TB, answer func(raw []byte, tcp bool) []byte) *fakeDNS {
 	return f
 }
 
+// setAnswer, setSpoof and setUnder change the fake while it serves.
+func (f *fakeDNS) setAnswer(fn func(raw []byte, tcp bool) []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answer = fn
+}
+
+func (f *fakeDNS) setSpoof(fn func(raw []byte) [][]byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.spoof = fn
+}
+
+func (f *fakeDNS) setUnder(domain string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.under = domain
+}
+
 func (f *fakeDNS) see(raw []byte, tcp bool) []byte {
 	f.started.Add(1)
 	name, err := wireName(raw)
