@@ -36,21 +36,11 @@ type fakeDNS struct {
 func newFake(t testing.TB, answer func(raw []byte, tcp bool) []byte) *fakeDNS {
 	t.Helper()
 	f := &fakeDNS{answer: answer}
-	var udp *net.UDPConn
-	var tcp *net.TCPListener
-	for {
-		var err error
-		udp, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.addr = udp.LocalAddr().(*net.UDPAddr).AddrPort()
-		tcp, err = net.ListenTCP("tcp", net.TCPAddrFromAddrPort(f.addr))
-		if err == nil {
-			break
-		}
-		udp.Close()
+	udp, tcp, err := bind(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	f.addr = udp.LocalAddr().(*net.UDPAddr).AddrPort()
 	t.Cleanup(func() { udp.Close(); tcp.Close() })
 	go func() {
 		buf := make([]byte, 65535)
