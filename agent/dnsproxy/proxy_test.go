@@ -577,3 +577,52 @@ func TestNewRefuses(t *testing.T) {
 		t.Errorf("the sidecar's configuration: %v", err)
 	}
 }
+
+func TestTCPConnectionBound(t *testing.T) {
+	g := newRig(t, time.Second, nil)
+	var conns []*dns.Conn
+	for range MaxTCPConns {
+		c, err := net.Dial("tcp", g.addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, &dns.Conn{Conn: c})
+	}
+	// Each is served: a query on each in turn is answered.
+	for i, co := range conns {
+		m := question("example.com.", dns.TypeA)
+		if err := co.WriteMsg(m); err != nil {
+			t.Fatal(err)
+		}
+		co.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if resp, err := co.ReadMsg(); err != nil || resp.Id != m.Id {
+			t.Fatalf("connection %d: %v %v", i, resp, err)
+		}
+	}
+	extra, err := net.Dial("tcp", g.addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	co := &dns.Conn{Conn: extra}
+	co.WriteMsg(question("example.com.", dns.TypeA))
+	co.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp, err := co.ReadMsg(); err == nil {
+		t.Fatalf("connection %d beyond the bound was answered: %v", MaxTCPConns+1, resp)
+	}
+	if s := g.p.Stats(); s.Busy != 1 || s.Tunnel != MaxTCPConns {
+		t.Errorf("stats %+v, want Busy 1 and %d tunnel queries", s, MaxTCPConns)
+	}
+	// Closing one makes room again.
+	conns[0].Close()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := query(g.addr, "tcp", question("again.example.", dns.TypeA)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no room after a connection closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
