@@ -45,6 +45,8 @@ func describe(e expr.Any) string {
 		return fmt.Sprintf("bitwise reg %d = (reg %d & 0x%x) ^ 0x%x len %d", e.DestRegister, e.SourceRegister, e.Mask, e.Xor, e.Len)
 	case *expr.Ct:
 		return fmt.Sprintf("ct key %d reg %d sreg %t dir %d", e.Key, e.Register, e.SourceRegister, e.Direction)
+	case *expr.Socket:
+		return fmt.Sprintf("socket key %d level %d reg %d", e.Key, e.Level, e.Register)
 	case *expr.Objref:
 		return fmt.Sprintf("objref type %d name %s", e.Type, e.Name)
 	case *expr.Verdict:
