@@ -16,7 +16,8 @@ import (
 // kernel stores and dumps back, so a rule Apply would load and the same rule
 // read from the kernel describe identically. Set IDs (a batch-local
 // reference) are left out, and so are the expression types the netlink
-// library cannot decode when reading back (rt, byteorder), on both sides.
+// library cannot decode when reading back (rt, byteorder, socket), on both
+// sides.
 func describeAll(es []expr.Any) []string {
 	out := make([]string, 0, len(es))
 	for _, e := range es {
@@ -45,8 +46,6 @@ func describe(e expr.Any) string {
 		return fmt.Sprintf("bitwise reg %d = (reg %d & 0x%x) ^ 0x%x len %d", e.DestRegister, e.SourceRegister, e.Mask, e.Xor, e.Len)
 	case *expr.Ct:
 		return fmt.Sprintf("ct key %d reg %d sreg %t dir %d", e.Key, e.Register, e.SourceRegister, e.Direction)
-	case *expr.Socket:
-		return fmt.Sprintf("socket key %d level %d reg %d", e.Key, e.Level, e.Register)
 	case *expr.Objref:
 		return fmt.Sprintf("objref type %d name %s", e.Type, e.Name)
 	case *expr.Verdict:
@@ -69,7 +68,7 @@ func describe(e expr.Any) string {
 			n.RegProtoMax = n.RegProtoMin
 		}
 		return fmt.Sprintf("nat %+v", n)
-	case *expr.Rt, *expr.Byteorder:
+	case *expr.Rt, *expr.Byteorder, *expr.Socket:
 		return "" // not decoded by the library on read-back
 	}
 	// Anything else was not put there by Apply: describe it fully so it
