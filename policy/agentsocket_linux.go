@@ -19,9 +19,13 @@ const cgroupRootID = 1
 
 // SelfAgentSocket returns the identity of the calling process's sockets:
 // its cgroup v2 (see AgentSocket). Sockets are charged to the cgroup of
-// the task that creates them, so call it from the agent, and have the
-// agent create its WireGuard socket itself (the userspace backend's
-// socket is the agent process's own).
+// the task that creates them, so the userspace backend's UDP socket,
+// opened by the agent process, matches. The kernel backend's socket would
+// be charged to the agent too (it is created in the context of the
+// netlink request that brings the device up), but the kernel sends
+// WireGuard packets without it: skb->sk is NULL for handshakes and
+// keepalives and the inner packet's socket (the app's) for data, so the
+// kernel backend cannot be used with the sidecar kill switch.
 func SelfAgentSocket() (AgentSocket, error) {
 	return AgentSocketOf(os.Getpid())
 }

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 // runProbe sends one probe described as "kind mark addr token": kind is
-// udp, raw (a UDP datagram written on a raw IP socket, the way an app with
+// udp, udpdev (UDP on a socket bound to eth0 with SO_BINDTODEVICE), raw (a UDP datagram written on a raw IP socket, the way an app with
 // CAP_NET_RAW forges one) or tcp; mark, if not 0, is set with SO_MARK
 // (which needs CAP_NET_RAW or CAP_NET_ADMIN) before sending.
 func runProbe(spec string) error {
@@ -71,6 +71,14 @@ func runProbe(spec string) error {
 		return err
 	}
 	defer unix.Close(fd)
+	if kind == "udpdev" {
+		// Unprivileged since Linux 5.7: the socket's route lookup then
+		// takes only routes by eth0, so the tunnel's table is passed
+		// over without any mark.
+		if err := unix.BindToDevice(fd, "eth0"); err != nil {
+			return fmt.Errorf("SO_BINDTODEVICE: %w", err)
+		}
+	}
 	if mark != 0 {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK, mark); err != nil {
 			return fmt.Errorf("SO_MARK: %w", err)
@@ -327,6 +335,7 @@ func TestSidecarAgentCannotBeForged(t *testing.T) {
 		{"agent wireguard udp", b.agentCg, "udp", scMark, scEndpoint, ep, false},
 		{"app udp to the endpoint with the agent's mark", b.appCg, "udp", scMark, scEndpoint, ep, true},
 		{"app raw-socket udp to the endpoint with the agent's mark", b.appCg, "raw", scMark, scEndpoint, ep, true},
+		{"app udp to the endpoint on a socket bound to eth0", b.appCg, "udpdev", 0, scEndpoint, ep, true},
 		{"app tcp to the endpoint with the agent's mark", b.appCg, "tcp", scMark, scEndpoint, ep, true},
 		{"app dns to the cluster resolver", b.appCg, "udp", 0, scDNS + ":53", dns, true},
 		{"app tcp dns to the cluster resolver", b.appCg, "tcp", 0, scDNS + ":53", dns, true},

@@ -56,7 +56,11 @@ type Config struct {
 	// own WireGuard packets to the endpoints, allowedSubnets, the agent's
 	// queries to clusterDNS.server, and replies; a match on the agent's
 	// cgroup (not a firewall mark, which an app with CAP_NET_RAW can set)
-	// tells the agent's packets from the app's.
+	// tells the agent's packets from the app's. The backend is userspace
+	// ("kernel" is refused: the kernel's WireGuard sends its packets
+	// without the agent's socket). The app container must not have
+	// CAP_NET_RAW: with it, a packet socket (AF_PACKET) sends frames that
+	// no nftables inet rule sees.
 	Sidecar *SidecarOptions `json:"sidecar,omitempty"`
 }
 

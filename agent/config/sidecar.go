@@ -19,6 +19,15 @@ func resolveSidecar(c *Config, s *Spec) error {
 	if s.HostLink != nil {
 		return fieldErr("hostLink.enable", "remove hostLink: in sidecar mode the pod's own interface is the link, and sidecar.allowedSubnets says what it may reach", "a host link (veth) is not possible in sidecar mode")
 	}
+	if s.Backend == BackendKernel {
+		// The kernel's WireGuard sends its packets without its socket
+		// attached (skb->sk is NULL for handshakes and keepalives, and the
+		// app's own socket for encrypted data: iptunnel_xmit keeps the
+		// inner packet's owner), so no match on the sending socket can
+		// tell them from the app's. wireguard-go sends from the agent's
+		// own socket.
+		return fieldErr("backend", `use "userspace" (or "auto", which is userspace in sidecar mode)`, "the kernel backend's packets carry no socket of the agent, so the sidecar kill switch cannot tell them from the app's")
+	}
 	sc := &Sidecar{}
 	for i, a := range o.AllowedSubnets {
 		field := fmt.Sprintf("sidecar.allowedSubnets[%d]", i)

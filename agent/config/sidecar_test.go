@@ -85,6 +85,10 @@ func TestSidecarRefuses(t *testing.T) {
 			v["allowedSubnets"] = []any{"10.43.0.0/16"}
 			v["clusterDNS"] = map[string]any{"server": "10.43.0.10", "domains": []any{"cluster.local", "-bad..name"}}
 		}},
+		{"kernel backend", "backend", func(m map[string]any) {
+			sc(m)
+			m["backend"] = "kernel"
+		}},
 		{"unknown field", "clusterDns", func(m map[string]any) { sc(m)["clusterDns"] = map[string]any{} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
