@@ -29,7 +29,7 @@ buildGoModule {
     fileset = import ./source.nix { inherit lib; };
   };
 
-  vendorHash = "sha256-qmVlIcG4WbcUKD5BeeyQLeg/zsWn+hjBK0zIhSYNVxo=";
+  vendorHash = "sha256-By7WOCcGBOdN29QuA1OUL7eErxXq0yy2OgCapGw1Vsw=";
 
   subPackages = [ "agent/cmd/${program}" ];
 
