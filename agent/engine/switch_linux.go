@@ -37,6 +37,10 @@ type resolvConf interface {
 	Rewrite(s *config.Spec) error
 }
 
+// ErrDataPlaneStopped: the tunnel's data plane has stopped (a userspace
+// device closes when its link is deleted) and is not rebuilt yet.
+var ErrDataPlaneStopped = errors.New("the tunnel's data plane has stopped (its link was deleted?); the repair rebuilds it first")
+
 type wgDevices struct{}
 
 func (wgDevices) Config(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
@@ -128,6 +132,12 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	}
 	if inst.Tunnel == nil {
 		return errors.New("switch: no tunnel")
+	}
+	if wireguard.Stopped(inst.Tunnel) {
+		// A closed device takes no peers: nothing is changed, and the
+		// daemon's repair rebuilds the tunnel (the active server's fresh
+		// start) before any switch.
+		return fmt.Errorf("switch to server %d: %w", next.Server, ErrDataPlaneStopped)
 	}
 	sys := e.sys()
 	log := e.log().With("namespace", old.Name)

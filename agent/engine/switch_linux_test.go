@@ -317,3 +317,25 @@ func inode(t *testing.T, p string) uint64 {
 	}
 	return fi.Sys().(*syscall.Stat_t).Ino
 }
+
+// A switch does not touch a tunnel whose data plane has stopped (a
+// userspace device closes when someone deletes its link; the e2e leak
+// matrix saw "IPC error -22: failed to create new peer: device closed"):
+// it fails before it changes anything, the kill switch included, and
+// says why. The repair rebuilds the tunnel first.
+func TestSwitchDataPlaneStopped(t *testing.T) {
+	sw, e, inst, p := upSwitchFake(t)
+	close(inst.Tunnel.(*fakeTunnel).done)
+	err := e.Switch(context.Background(), inst, p[1])
+	if !errors.Is(err, ErrDataPlaneStopped) {
+		t.Fatalf("switch on a stopped data plane: err %v, want ErrDataPlaneStopped", err)
+	}
+	if len(sw.calls) != 0 || inst.Spec != p[0] {
+		t.Fatalf("the switch changed something: calls %v, active server %d", sw.calls, inst.Spec.Server)
+	}
+	// The control: a live tunnel switches.
+	inst.Tunnel = &fakeTunnel{w: sw.world, ns: "torrent", name: p[0].Interface, done: make(chan struct{})}
+	if err := e.Switch(context.Background(), inst, p[1]); err != nil || inst.Spec != p[1] {
+		t.Fatalf("switch on a live tunnel: %v", err)
+	}
+}
