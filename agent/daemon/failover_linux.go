@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -277,7 +278,15 @@ func (f *failover) decide(ctx context.Context, now time.Time) {
 				msg, attrs = "tunnel dead; retrying the same server", attrs[:4]
 			}
 			f.log.Warn(msg, attrs...)
-			if err := f.rec.Apply(now, a, switcher{f, ctx}); err != nil {
+			before := f.rec
+			if err := f.rec.Apply(now, a, switcher{f, ctx}); errors.Is(err, engine.ErrDataPlaneStopped) {
+				// The link was deleted under the switch: not the server's
+				// failure. The recovery stands where it stood (the attempt
+				// counted); the repair rebuilds the tunnel.
+				before.Attempts = f.rec.Attempts
+				f.rec = before
+				f.log.Warn("the tunnel's data plane stopped during the switch; the repair rebuilds it", "server", a.Server, "err", err)
+			} else if err != nil {
 				f.log.Error("switch failed; the kill switch stays closed", "server", a.Server, "err", err)
 			}
 			if st, _ := f.rec.State(); st == liveness.AllDead {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -152,5 +153,33 @@ func TestFailoverWaitsForTheRebuiltTunnel(t *testing.T) {
 	fo.decide(ctx, t0)
 	if eng.switches != 1 {
 		t.Errorf("%d switches once the rebuilt tunnel was found dead, want 1 (a retry)", eng.switches)
+	}
+}
+
+// A switch that fails because the link was deleted under it (the device
+// closed during it) leaves the recovery where it stood: the failure is
+// the tunnel's, which the repair rebuilds, not the server's. The
+// control: another failure is the server's (retrying, and why).
+func TestFailoverSwitchUnderDeletedLink(t *testing.T) {
+	k, _ := wgtypes.GeneratePrivateKey()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		err   error
+		state liveness.State
+	}{
+		{fmt.Errorf("switch to server 0: %w: configure wireguard: device closed", engine.ErrDataPlaneStopped), liveness.Healthy},
+		{errors.New("switch to server 0: resolve: no such host"), liveness.Retrying},
+	} {
+		s := &config.Spec{Name: "torrent", Peers: []config.PeerSpec{{PublicKey: k.PublicKey()}}}
+		eng := &fakeFailoverEngine{switchErr: tc.err}
+		fo := newFailover(eng, &engine.Instance{Spec: s, Tunnel: newStubTunnel()}, &Liveness{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		fo.now = func() time.Time { return t0 }
+		fo.judge.Failures = 1
+		fo.judge.Probe(false, "connect: network is unreachable")
+		fo.decide(context.Background(), t0)
+		st, cause := fo.rec.State()
+		if eng.switches != 1 || fo.rec.Attempts != 1 || st != tc.state {
+			t.Errorf("switch error %q: %d switches, %d attempts, recovery %q (%s); want 1, 1, %q", tc.err, eng.switches, fo.rec.Attempts, st, cause, tc.state)
+		}
 	}
 }

@@ -165,6 +165,11 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 		if rerr := errors.Join(rerrs...); rerr != nil {
 			err = fmt.Errorf("%w (rollback: %v)", err, rerr)
 		}
+		if wireguard.Stopped(inst.Tunnel) && !errors.Is(err, ErrDataPlaneStopped) {
+			// The link was deleted during the switch: the device closed
+			// under it. The failure is the tunnel's, not the server's.
+			err = fmt.Errorf("%w: %w", ErrDataPlaneStopped, err)
+		}
 	}()
 
 	// The previous server's forwarded port goes with its kill switch, in
@@ -211,8 +216,8 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 // peer or the key through the UAPI socket or netlink), applies it again.
 // It returns what differed.
 func (e *Engine) RepairDrift(ctx context.Context, inst *Instance, d *wireguard.Device) ([]string, error) {
-	if inst.Tunnel == nil {
-		return nil, nil
+	if inst.Tunnel == nil || wireguard.Stopped(inst.Tunnel) {
+		return nil, nil // a stopped data plane is the repair's: it rebuilds the tunnel
 	}
 	want, err := e.applied(ctx, inst)
 	if err != nil {
