@@ -59,5 +59,8 @@ func TestLinkDeletedUnderProbe(t *testing.T) {
 			t.Errorf("the recovery took a switch onto a closed device for the server's failure: %s", l)
 		}
 	}
-	t.Logf("link deleted %d times in 8 s; status healthy %v after the last deletion", deleted, time.Since(end).Round(100*time.Millisecond))
+	out := s.d.Output()
+	t.Logf("link deleted %d times in 8 s; status healthy %v after the last deletion; the agent rebuilt the tunnel %d times, its probe failed %d times, %d switches (retries) were tried, %d broken by the deletion",
+		deleted, time.Since(end).Round(100*time.Millisecond), strings.Count(out, "rebuilding the tunnel"), strings.Count(out, `msg="probe failed"`),
+		strings.Count(out, "tunnel dead; "), strings.Count(out, "data plane stopped during the switch"))
 }
