@@ -305,6 +305,7 @@ func (f *failover) decide(ctx context.Context, now time.Time) {
 // the server. The judge starts again, a probe of the old tunnel in flight
 // is cancelled and its result dropped, and the new one is probed at once.
 func (f *failover) follow() {
+	// Tunnels are pointers: a new one is a different value.
 	if f.inst.Tunnel == f.tunnel {
 		return
 	}
