@@ -29,7 +29,7 @@ buildGoModule {
     fileset = import ./source.nix { inherit lib; };
   };
 
-  vendorHash = "sha256-ImYwV7QYdSuwb6lbDp3k3na9xnReJpKu2HRyIl8IcLI=";
+  vendorHash = "sha256-By7WOCcGBOdN29QuA1OUL7eErxXq0yy2OgCapGw1Vsw=";
 
   subPackages = [ "agent/cmd/${program}" ];
 

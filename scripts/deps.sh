@@ -20,8 +20,9 @@ have qbittorrent-nox     || need+=(qbittorrent-nox)
 # promtool checks the metrics exposition; prometheus scrapes the agent in e2e.
 { have promtool && have prometheus; } || need+=(prometheus)
 have nix-instantiate || need+=(nix-bin)
-# tests/e2e/podman_test.go: Debian's podman with runc (crun refuses the CI
-# machines' cgroup setup), and a static busybox for its offline image.
+# tests/e2e/podman_test.go and the leak matrix's container states: Debian's
+# podman with runc (crun refuses the CI machines' cgroup setup), and a
+# static busybox for their offline container roots.
 have podman || need+=(podman)
 have runc   || need+=(runc)
 have catatonit || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
@@ -38,5 +39,5 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 if ! have go; then
-  if [ -x /usr/local/go/bin/go ]; then export PATH=/usr/local/go/bin:$PATH; else echo "deps: Go 1.24+ is required" >&2; exit 1; fi
+  if [ -x /usr/local/go/bin/go ]; then export PATH=/usr/local/go/bin:$PATH; else echo "deps: Go 1.25+ is required" >&2; exit 1; fi
 fi

@@ -125,6 +125,10 @@ in
         types.submodule {
           options = {
             image = mkOption { type = types.str; };
+            imageFile = mkOption {
+              type = types.nullOr types.package;
+              default = null;
+            };
             ports = listOpt;
             extraOptions = listOpt;
             autoStart = mkOption {

@@ -20,6 +20,7 @@ let
 
   # Packages the tests use (names checked against nixpkgs by hand).
   packageNames = [
+    "busybox"
     "coreutils"
     "curl"
     "dnsmasq"
@@ -29,6 +30,7 @@ let
     "iproute2"
     "iputils"
     "jq"
+    "netcat"
     "nftables"
     "python3"
     "tcpdump"
@@ -45,6 +47,8 @@ let
       writeText = name: text: builtins.seq text (drv name);
       writeTextDir = path: text: builtins.seq text (drv (baseNameOf path));
       writeShellScript = name: text: builtins.seq text (drv name);
+      buildEnv = a: builtins.seq a.paths (drv a.name);
+      dockerTools.buildImage = a: builtins.seq a.copyToRoot (drv a.name);
       testers.runNixOSTest = t: t;
     };
 

@@ -19,4 +19,5 @@ in
   privacy = test ./privacy.nix;
   portmap = test ./portmap.nix;
   userspace = test ./userspace.nix;
+  containers = test ./containers.nix;
 }
