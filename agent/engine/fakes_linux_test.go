@@ -132,7 +132,8 @@ func (w *world) engine() *Engine {
 		ProbeKernel: func() error { return nil },
 		system: system{
 			ns: fakeNS{w}, fw: fakeFirewall{w}, links: fakeLinks{w}, tunnels: fakeTunnels{w}, files: fakeFiles{w},
-			lock: func(string) (*Lock, error) { return &Lock{}, w.call("lock") },
+			lock:  func(string) (*Lock, error) { return &Lock{}, w.call("lock") },
+			agent: func() (policy.AgentSocket, error) { return policy.AgentSocket{CgroupID: 4242, Level: 2}, nil },
 		},
 	}
 }

@@ -35,7 +35,7 @@ type sidecarVariant struct {
 }
 
 func newSidecarVariant(ctx context.Context, sys system, s *config.Spec) (*sidecarVariant, error) {
-	agent, err := policy.SelfAgentSocket()
+	agent, err := sys.agent()
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: identify the agent's sockets: %w", err)
 	}

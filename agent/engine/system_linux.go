@@ -125,6 +125,8 @@ type system struct {
 	dev     devices    // switch_linux.go
 	resolv  resolvConf // switch_linux.go
 	lock    func(name string) (*Lock, error)
+	// agent identifies this process's sockets (sidecar mode's kill switch).
+	agent func() (policy.AgentSocket, error)
 }
 
 // sys returns the engine's system with the real implementations filled in
@@ -140,6 +142,9 @@ func (e *Engine) sys() system {
 	d.resolv = cmp.Or[resolvConf](d.resolv, inPlaceResolv{})
 	if d.lock == nil {
 		d.lock = TryLock
+	}
+	if d.agent == nil {
+		d.agent = policy.SelfAgentSocket
 	}
 	return d
 }
