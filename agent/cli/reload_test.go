@@ -103,6 +103,13 @@ func (f *reloadFixture) base() *config.Config {
 	}
 }
 
+// sidecarMode is the same config in sidecar mode (which has no host link).
+func sidecarMode(c *config.Config) {
+	c.HostLink = config.HostLink{}
+	c.Sidecar = &config.SidecarOptions{AllowedSubnets: []string{"10.42.0.0/16"},
+		ClusterDNS: &config.ClusterDNSOptions{Server: "10.42.0.10", Domains: []string{"cluster.local"}}}
+}
+
 // fileBased is the same namespace on a wg-quick file.
 func fileBased(c *config.Config, file string) {
 	c.WireGuard = config.WireGuard{ConfigFile: file}
@@ -179,6 +186,12 @@ func TestReloadClassifiesEveryConfigField(t *testing.T) {
 		"portForwarding.onChangeUser": {before: func(c *config.Config) { pf(c).OnChange = []string{"/bin/true"} },
 			after: func(c *config.Config) { pf(c).OnChangeUser = "nobody" }, live: []string{"portForwarding"}},
 		"memory.packetBuffers": {after: func(c *config.Config) { n := 128; c.Memory.PacketBuffers = &n }, refused: []string{"memory"}},
+		"sidecar.allowedSubnets": {before: sidecarMode,
+			after: func(c *config.Config) { c.Sidecar.AllowedSubnets = append(c.Sidecar.AllowedSubnets, "10.43.0.0/16") }, refused: []string{"sidecar"}},
+		"sidecar.clusterDNS.server": {before: sidecarMode,
+			after: func(c *config.Config) { c.Sidecar.ClusterDNS.Server = "10.42.0.11" }, refused: []string{"sidecar"}},
+		"sidecar.clusterDNS.domains": {before: sidecarMode,
+			after: func(c *config.Config) { c.Sidecar.ClusterDNS.Domains = []string{"cluster.local", "svc.example"} }, refused: []string{"sidecar"}},
 	}
 	fields := jsonFields(reflect.TypeFor[config.Config](), "")
 	for _, path := range fields {

@@ -57,6 +57,11 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 	if err != nil {
 		return err
 	}
+	dns, err := startDNS(ctx, inst, log)
+	if err != nil {
+		return errors.Join(err, teardown(eng, inst, log))
+	}
+	defer dns.close()
 	mon.ready(inst, readingOf(eng, inst))
 	if err := Notify(fmt.Sprintf("READY=1\nSTATUS=namespace %s up (%s backend)\nMAINPID=%d", s.Name, inst.Backend, os.Getpid())); err != nil {
 		log.Warn("sd_notify failed", "err", err)
@@ -79,8 +84,11 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 	// The watchdog's checks read a kill-switch table back only when its
 	// namespace's nf_tables generation moved (or every DefaultBackstop).
 	watch := health.NewWatcher(s.Name)
+	watch.Ruleset = inst.Ruleset
 	defer watch.Close() // a panic; every return closes it before the teardown
-	stop := func() error { return shutdown(parts.fwd, watch, func() error { return teardown(eng, inst, log) }) }
+	stop := func() error {
+		return shutdown(parts.fwd, watch, func() error { dns.close(); return teardown(eng, inst, log) })
+	}
 	steps := &agentTick{eng: eng, inst: inst, watch: watch, mon: mon, fo: fo, log: log}
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
@@ -97,6 +105,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		defer mu.Unlock()
 		f()
 		parts.fwd.sync(inst)
+		dns.follow(inst.Spec) // a failover or a reload changed the resolvers
 	}
 	for {
 		var dead <-chan struct{}
@@ -109,6 +118,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 				mu.Lock()
 				old := parts.fwd
 				reload(ctx, eng, inst, o.Load, parts, &mu, o.Liveness, log)
+				dns.follow(inst.Spec)
 				steps.mon = parts.mon
 				if parts.fwd == old {
 					parts.fwd.sync(inst)
@@ -134,7 +144,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		case <-dead:
 			locked(func() {
 				log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
-				rep := health.Check(inst.Spec, inst.Tunnel, inst.Forwarded())
+				rep := health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Forwarded: inst.Forwarded(), Ruleset: inst.Ruleset})
 				parts.mon.observe(inst, nil, readingOf(eng, inst))
 				parts.mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 			})

@@ -19,7 +19,7 @@ import (
 // Any other change needs down and up.
 var (
 	LiveParts    = []string{"dns", "endpointResolver", "health", "metrics", "openPorts", "peers", "pool", "portForwarding", "privateKey"}
-	RestartParts = []string{"addresses", "backend", "fwMark", "hostLink", "interface", "ipv6", "listenPort", "memory", "mtu", "name"}
+	RestartParts = []string{"addresses", "backend", "fwMark", "hostLink", "interface", "ipv6", "listenPort", "memory", "mtu", "name", "sidecar"}
 )
 
 // SpecParts assigns every field of config.Spec to the part that covers it
@@ -34,7 +34,7 @@ var SpecParts = map[string]string{
 	"DNSMode": "dns", "DNS": "dns", "DNSSearch": "dns",
 	"OpenTCP": "openPorts", "OpenUDP": "openPorts", "HostLink": "hostLink",
 	"Probe": "health", "Metrics": "metrics", "PortForward": "portForwarding",
-	"PacketBuffers": "memory",
+	"PacketBuffers": "memory", "Sidecar": "sidecar",
 	// The servers, their order and which one is active; a server is
 	// known by its wg-quick file (fromFile's path).
 	"Pool": "pool", "Server": "pool", "fromFile": "pool",
@@ -107,6 +107,14 @@ func serverDigests(s *config.Spec) map[string]string {
 		parts["hostLink"] = fmt.Sprint(h.HostIf, h.NSIf, h.HostAddr, h.NSAddr, h.AccessibleFrom, h.Mappings)
 	} else {
 		parts["hostLink"] = "none"
+	}
+	parts["sidecar"] = "none"
+	if sc := s.Sidecar; sc != nil {
+		d := "none"
+		if c := sc.ClusterDNS; c != nil {
+			d = fmt.Sprint(c.Server, c.Domains)
+		}
+		parts["sidecar"] = fmt.Sprint(sc.AllowedSubnets, " dns ", d)
 	}
 	parts["portForwarding"] = portForwardDigest(s.PortForward)
 	out := make(map[string]string, len(parts)+1)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -65,6 +64,7 @@ type Instance struct {
 	Tunnel  wireguard.Tunnel
 	Adopted bool // the namespace existed before Up
 	lock    *Lock
+	v       variant // host or sidecar mode, chosen once by Up (variantOf)
 
 	configPath string
 	started    time.Time
@@ -90,8 +90,11 @@ func (e *Engine) log() *slog.Logger {
 }
 
 // Backend resolves the spec's backend on this host.
+// In sidecar mode it is always userspace (config refuses "kernel"): the
+// kernel's WireGuard sends without the agent's socket, which is what the
+// sidecar kill switch recognises the agent's packets by.
 func (e *Engine) Backend(s *config.Spec) (config.Backend, error) {
-	if s.Backend == config.BackendUserspace {
+	if s.Backend == config.BackendUserspace || s.Sidecar != nil {
 		return config.BackendUserspace, nil
 	}
 	e.kernelOnce.Do(func() {
@@ -118,7 +121,11 @@ func (e *Engine) Up(ctx context.Context, s *config.Spec, configPath string) (ins
 			lock.Release(true) // a failed up leaves nothing, not even the lock file
 		}
 	}()
-	if err := e.checkOwnership(sys, s); err != nil {
+	v, err := e.variantOf(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.check(e, sys, s); err != nil {
 		return nil, err
 	}
 	// The owner mark goes first, so that whatever a crash leaves from here
@@ -137,11 +144,11 @@ func (e *Engine) Up(ctx context.Context, s *config.Spec, configPath string) (ins
 	if err != nil {
 		return nil, err
 	}
-	inst = &Instance{Spec: s, Backend: backend, lock: lock, configPath: configPath, pid: e.HolderPID}
+	inst = &Instance{Spec: s, Backend: backend, lock: lock, configPath: configPath, pid: e.HolderPID, v: v}
 	if backend == config.BackendUserspace && inst.pid == 0 {
 		inst.pid = os.Getpid()
 	}
-	if err := e.build(ctx, inst); err != nil {
+	if err := inst.variant().build(ctx, e, inst); err != nil {
 		return nil, err
 	}
 	return inst, nil
@@ -159,30 +166,18 @@ func (e *Engine) Rebuild(ctx context.Context, inst *Instance) error {
 	// The new kill switch's forwarded-port sets are empty.
 	inst.forwarded = policy.Forwarded{}
 	inst.forwardGen++
-	return e.build(ctx, inst)
+	return inst.variant().build(ctx, e, inst)
 }
 
-// build runs the steps, journaling undos; on error it rolls back.
-func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
+// buildHost runs host mode's steps, journaling undos; on error it rolls
+// back.
+func (e *Engine) buildHost(ctx context.Context, inst *Instance) (err error) {
 	s, backend := inst.Spec, inst.Backend
 	log := e.log().With("namespace", s.Name)
 	sys := e.sys()
 	j := &journal{log: log}
-	defer func() {
-		if err != nil {
-			if rerr := j.rollback(); rerr != nil {
-				err = fmt.Errorf("%w (rollback: %v)", err, rerr)
-			}
-		}
-	}()
-	step := func(name string) error {
-		if e.AfterStep != nil {
-			if err := e.AfterStep(name); err != nil {
-				return fmt.Errorf("after step %s: %w", name, err)
-			}
-		}
-		return nil
-	}
+	defer j.rollbackOn(&err)
+	step := e.afterStep
 
 	inst.Adopted = sys.ns.Exists(s.Name)
 	if inst.Adopted {
@@ -202,7 +197,7 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 	// removed on rollback: fail closed.
 	// The forwarded-port sets start empty: a lease an earlier agent held
 	// is asked for again once the tunnel is up.
-	if err := applyPolicy(sys.fw, s, policy.Forwarded{}, !inst.Adopted); err != nil {
+	if err := applyPolicy(sys.fw, inst.variant(), s, policy.Forwarded{}, !inst.Adopted); err != nil {
 		return err
 	}
 	if err := step(StepPolicy); err != nil {
@@ -229,14 +224,7 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 			return err
 		}
 	}
-	t, err := sys.tunnels.Ensure(ctx, s, backend, log)
-	if err != nil {
-		return err
-	}
-	inst.Tunnel = t
-	inst.applied = appliedOf(t)
-	j.add(StepTunnel, t.Destroy)
-	if err := step(StepTunnel); err != nil {
+	if err := e.tunnelStep(ctx, sys, inst, j, log); err != nil {
 		return err
 	}
 
@@ -281,27 +269,54 @@ func (e *Engine) build(ctx context.Context, inst *Instance) (err error) {
 		return err
 	}
 
-	if inst.started.IsZero() {
-		inst.started = time.Now().UTC()
-	}
-	st := inst.stateFor(s)
-	inst.state = st
-	j.add(StepState, func() error { return sys.files.RemoveState(s.Name) })
-	if err := sys.files.WriteState(st); err != nil {
-		return err
-	}
-	if err := step(StepState); err != nil {
+	if err := e.stateStep(sys, inst, j); err != nil {
 		return err
 	}
 	log.Info("namespace up", "backend", backend, "interface", s.Interface, "adopted", inst.Adopted)
 	return nil
 }
 
+// afterStep runs the AfterStep hook (tests) after step name.
+func (e *Engine) afterStep(name string) error {
+	if e.AfterStep != nil {
+		if err := e.AfterStep(name); err != nil {
+			return fmt.Errorf("after step %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// tunnelStep creates (or adopts) the tunnel of inst, both modes' step.
+func (e *Engine) tunnelStep(ctx context.Context, sys system, inst *Instance, j *journal, log *slog.Logger) error {
+	t, err := sys.tunnels.Ensure(ctx, inst.Spec, inst.Backend, log)
+	if err != nil {
+		return err
+	}
+	inst.Tunnel = t
+	inst.applied = appliedOf(t)
+	j.add(StepTunnel, t.Destroy)
+	return e.afterStep(StepTunnel)
+}
+
+// stateStep writes the state file, both modes' last step.
+func (e *Engine) stateStep(sys system, inst *Instance, j *journal) error {
+	if inst.started.IsZero() {
+		inst.started = time.Now().UTC()
+	}
+	st := inst.stateFor(inst.Spec)
+	inst.state = st
+	j.add(StepState, func() error { return sys.files.RemoveState(inst.Spec.Name) })
+	if err := sys.files.WriteState(st); err != nil {
+		return err
+	}
+	return e.afterStep(StepState)
+}
+
 // stateFor is what the state file records about inst with next as the
 // active server: the config's facts and digests, the server, and what the
 // daemon recorded last (liveness, the last reload).
 func (inst *Instance) stateFor(next *config.Spec) *State {
-	st := &State{Name: next.Name, Backend: inst.Backend, Interface: next.Interface, ConfigPath: inst.configPath, IPv6: next.IPv6, Started: inst.started, PID: inst.pid}
+	st := &State{Name: next.Name, Mode: inst.variant().mode(), Backend: inst.Backend, Interface: next.Interface, ConfigPath: inst.configPath, IPv6: next.IPv6, Started: inst.started, PID: inst.pid}
 	if next.HostLink != nil {
 		st.HostIf = next.HostLink.HostIf
 	}
@@ -331,7 +346,7 @@ func (e *Engine) RepairTunnel(ctx context.Context, inst *Instance) error {
 	}
 	inst.Tunnel = t
 	inst.applied = appliedOf(t) // Ensure resolved the endpoints afresh
-	return sys.links.ConfigureTunnel(inst.Spec)
+	return inst.variant().routes(sys, inst.Spec)
 }
 
 // Release drops the lock without tearing anything down (one-shot up with
@@ -352,7 +367,7 @@ func (e *Engine) Teardown(inst *Instance) error {
 		}
 		inst.reclaimed = gone
 	}
-	left, err := e.removeAll(inst.Spec.Name, inst.Spec.Interface, inst.Tunnel != nil)
+	left, err := inst.variant().remove(e, inst.Spec.Name, inst.Spec.Interface, inst.Tunnel != nil)
 	warnLeft(e.log(), inst.Spec.Name, left)
 	errs = append(errs, err)
 	inst.lock.Release(true)
@@ -401,14 +416,13 @@ func (e *Engine) down(name string, timeout time.Duration, force bool, stranded *
 	sys := e.sys()
 	lock, err := sys.lock(name)
 	held := errors.Is(err, ErrBusy) // an agent manages it: it is up
+	st, _ := ReadState(name)
+	v := variantOfState(st)
 	// Who is in the namespace but its agent: processes put there (exec,
 	// a confined service) outlive its removal. Looked up before the
 	// agent, which removes the namespace as it stops, is asked to.
-	var members []int
-	if sys.ns.Exists(name) {
-		members, _ = netns.Members(name)
-		members = slices.DeleteFunc(members, func(p int) bool { return held && p == HolderPID(name) })
-	}
+	members := v.members(sys, name)
+	members = slices.DeleteFunc(members, func(p int) bool { return held && p == HolderPID(name) })
 	if held {
 		pid := HolderPID(name)
 		if pid <= 0 || pid == os.Getpid() {
@@ -443,10 +457,10 @@ func (e *Engine) down(name string, timeout time.Duration, force bool, stranded *
 		return nil, true, &NotUpError{Name: name, Left: left}
 	}
 	iface := names.Tunnel(name)
-	if st, err := ReadState(name); err == nil && st.Interface != "" {
+	if st != nil && st.Interface != "" {
 		iface = st.Interface
 	}
-	left, err = e.removeAll(name, iface, false)
+	left, err = v.remove(e, name, iface, false)
 	*stranded = slices.DeleteFunc(members, func(p int) bool { return syscall.Kill(p, 0) != nil })
 	return left, false, err
 }
@@ -464,12 +478,8 @@ func warnLeft(log *slog.Logger, name string, left []string) {
 // has stopped this process's tunnel and its link is going away already.
 func (e *Engine) removeAll(name, iface string, tunnelStopped bool) (left []string, err error) {
 	sys := e.sys()
-	var errs []error
-	add := func(what string, err error) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", what, err))
-		}
-	}
+	rm := &removal{name: name}
+	add := rm.add
 	// Host links are deleted only if they carry the agent's alias.
 	ours := func(l string) bool {
 		ok, alias := sys.links.HostLinkAlias(l)
@@ -496,15 +506,36 @@ func (e *Engine) removeAll(name, iface string, tunnelStopped bool) (left []strin
 	add("uapi socket", sys.files.RemoveUAPISocket(iface))
 	add("resolver files", sys.files.RemoveResolver(name))
 	add("netns", sys.ns.Delete(name))
-	add("state", sys.files.RemoveState(name))
-	if len(errs) > 0 {
-		// The owner mark stays with what is left, so that the next down
-		// (or up) still takes it for the agent's.
-		return left, fmt.Errorf("down %s: %w", name, errors.Join(errs...))
-	}
-	if err := sys.files.RemoveStateDir(name); err != nil {
-		return left, fmt.Errorf("down %s: runtime dir: %w", name, err)
+	if err := rm.finish(sys); err != nil {
+		return left, err
 	}
 	e.log().Info("namespace down", "namespace", name)
 	return left, nil
+}
+
+// removal collects the errors of down's parts, each attempted even if an
+// earlier one failed.
+type removal struct {
+	name string
+	errs []error
+}
+
+func (r *removal) add(what string, err error) {
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s: %w", what, err))
+	}
+}
+
+// finish removes the state file and, when every part went, the runtime
+// directory with the owner mark; otherwise the mark stays with what is
+// left, so that the next down (or up) still takes it for the agent's.
+func (r *removal) finish(sys system) error {
+	r.add("state", sys.files.RemoveState(r.name))
+	if len(r.errs) > 0 {
+		return fmt.Errorf("down %s: %w", r.name, errors.Join(r.errs...))
+	}
+	if err := sys.files.RemoveStateDir(r.name); err != nil {
+		return fmt.Errorf("down %s: runtime dir: %w", r.name, err)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.org/x/sys/unix"
@@ -131,7 +132,8 @@ func (w *world) engine() *Engine {
 		ProbeKernel: func() error { return nil },
 		system: system{
 			ns: fakeNS{w}, fw: fakeFirewall{w}, links: fakeLinks{w}, tunnels: fakeTunnels{w}, files: fakeFiles{w},
-			lock: func(string) (*Lock, error) { return &Lock{}, w.call("lock") },
+			lock:  func(string) (*Lock, error) { return &Lock{}, w.call("lock") },
+			agent: func() (policy.AgentSocket, error) { return policy.AgentSocket{CgroupID: 4242, Level: 2}, nil },
 		},
 	}
 }
@@ -208,6 +210,31 @@ func (f fakeLinks) ConfigureTunnel(s *config.Spec) error {
 	f.configured[s.Name+"/"+s.Interface] = true
 	return nil
 }
+func (f fakeLinks) ConfigureSidecar(s *config.Spec) error {
+	if err := f.call("links.sidecar " + s.Interface); err != nil {
+		return err
+	}
+	if !f.tables[netns.SelfPath+" "+names.Table] {
+		f.violate("tunnel %s carries traffic without the kill switch", s.Interface)
+	}
+	if !f.tunnels[s.Name+"/"+s.Interface] {
+		return fmt.Errorf("find %q: no such link", s.Interface)
+	}
+	f.configured[s.Name+"/"+s.Interface] = true
+	return nil
+}
+func (f fakeLinks) RemoveSidecarRoutes(name string) error {
+	if err := f.call("links.sidecar-remove " + name); err != nil {
+		return err
+	}
+	for k := range f.configured {
+		if strings.HasPrefix(k, name+"/") {
+			delete(f.configured, k)
+		}
+	}
+	return nil
+}
+func (f fakeLinks) PodInterfaces(*config.Spec) ([]string, error) { return []string{"eth0"}, nil }
 func (f fakeLinks) CreateHostLink(s *config.Spec) (func() error, error) {
 	if err := f.call("hostlink.create " + s.HostLink.HostIf); err != nil {
 		return nil, err

@@ -19,15 +19,20 @@ import (
 // atomic replace needs (and the RCU grace period it costs); if the table is
 // there anyway, the atomic replace runs instead.
 // fwd is what the forwarded-port sets hold (a live NAT-PMP lease's ports).
-func applyPolicy(fw firewall, s *config.Spec, fwd policy.Forwarded, fresh bool) error {
-	r := policy.Compile(s).WithForwarded(fwd)
+// v is the instance's mode: its kill switch and where it is loaded.
+func applyPolicy(fw firewall, v variant, s *config.Spec, fwd policy.Forwarded, fresh bool) error {
+	r, err := v.ruleset(s)
+	if err != nil {
+		return err
+	}
+	r = r.WithForwarded(fwd)
 	if fresh {
-		err := fw.Create(r, names.Netns(s.Name))
+		err := fw.Create(r, v.nsPath(s.Name))
 		if !errors.Is(err, unix.EEXIST) {
 			return err
 		}
 	}
-	return fw.Apply(r, names.Netns(s.Name))
+	return fw.Apply(r, v.nsPath(s.Name))
 }
 
 // SetForwarded opens exactly f's ports in the kill switch's forwarded-port
@@ -43,7 +48,7 @@ func (e *Engine) SetForwarded(inst *Instance, gen uint64, f policy.Forwarded) er
 	if inst.Spec.PortForward == nil {
 		return fmt.Errorf("namespace %s: port forwarding is not configured", inst.Spec.Name)
 	}
-	if err := e.sys().fw.SetForwarded(names.Netns(inst.Spec.Name), names.Table, f); err != nil {
+	if err := e.sys().fw.SetForwarded(inst.variant().nsPath(inst.Spec.Name), names.Table, f); err != nil {
 		return err
 	}
 	inst.forwarded = f

@@ -36,3 +36,14 @@ func (j *journal) rollback() error {
 	j.undos = nil
 	return errors.Join(errs...)
 }
+
+// rollbackOn, deferred by a transaction with its named error, rolls back
+// when *err is set and adds the rollback's own failure to it.
+func (j *journal) rollbackOn(err *error) {
+	if *err == nil {
+		return
+	}
+	if rerr := j.rollback(); rerr != nil {
+		*err = fmt.Errorf("%w (rollback: %v)", *err, rerr)
+	}
+}

@@ -19,29 +19,14 @@ import (
 // addresses, brings it up and points the default routes at it. It
 // converges: addresses not in the spec are removed, routes replaced.
 func configureTunnelL3(s *config.Spec) error {
-	h, err := netns.Handle(s.Name)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	link, err := h.LinkByName(s.Interface)
-	if err != nil {
-		return fmt.Errorf("find %q in netns %q: %w", s.Interface, s.Name, err)
-	}
-	if err := h.LinkSetMTU(link, s.MTU); err != nil {
-		return fmt.Errorf("set mtu %d on %q: %w", s.MTU, s.Interface, err)
-	}
-	if err := syncAddrs(h, link, s.Addresses); err != nil {
-		return err
-	}
-	if err := h.LinkSetUp(link); err != nil {
-		return fmt.Errorf("set %q up: %w", s.Interface, err)
-	}
-	defaults := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
-	if s.IPv6 {
-		defaults = append(defaults, netip.MustParsePrefix("::/0"))
-	}
-	for _, d := range defaults {
+	return withTunnelUp(s, func(h *netlink.Handle, link netlink.Link) error {
+		return defaultsViaTunnel(h, link, s)
+	})
+}
+
+// defaultsViaTunnel points the namespace's default routes at link.
+func defaultsViaTunnel(h *netlink.Handle, link netlink.Link, s *config.Spec) error {
+	for _, d := range defaultPrefixes(s.IPv6) {
 		// Remove any other default route first (someone pointed it at
 		// another interface): the tunnel is the only way out.
 		old, _ := h.RouteListFiltered(nlFamily(d), &netlink.Route{Table: 254}, netlink.RT_FILTER_TABLE)
@@ -50,15 +35,65 @@ func configureTunnelL3(s *config.Spec) error {
 				h.RouteDel(&r)
 			}
 		}
-		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipnet(d), Scope: netlink.SCOPE_LINK}
-		if d.Addr().Is6() {
-			r.Scope = netlink.SCOPE_UNIVERSE
-		}
-		if err := h.RouteReplace(r); err != nil {
+		if err := h.RouteReplace(defaultRoute(link, d, 0)); err != nil {
 			return fmt.Errorf("route %s dev %s: %w", d, s.Interface, err)
 		}
 	}
 	return nil
+}
+
+// withTunnelUp brings s's tunnel link up (tunnelLinkUp) and runs route
+// with a handle in its namespace.
+func withTunnelUp(s *config.Spec, route func(*netlink.Handle, netlink.Link) error) error {
+	h, err := netns.Handle(s.Name)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link, err := tunnelLinkUp(h, s)
+	if err != nil {
+		return err
+	}
+	return route(h, link)
+}
+
+// tunnelLinkUp gives the tunnel link its MTU and addresses (converging)
+// and brings it up.
+func tunnelLinkUp(h *netlink.Handle, s *config.Spec) (netlink.Link, error) {
+	link, err := h.LinkByName(s.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("find %q in netns %q: %w", s.Interface, s.Name, err)
+	}
+	if err := h.LinkSetMTU(link, s.MTU); err != nil {
+		return nil, fmt.Errorf("set mtu %d on %q: %w", s.MTU, s.Interface, err)
+	}
+	if err := syncAddrs(h, link, s.Addresses); err != nil {
+		return nil, err
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return nil, fmt.Errorf("set %q up: %w", s.Interface, err)
+	}
+	return link, nil
+}
+
+// defaultPrefixes are the default routes' destinations: IPv4, and IPv6
+// unless it is blocked.
+func defaultPrefixes(v6 bool) []netip.Prefix {
+	d := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+	if v6 {
+		d = append(d, netip.MustParsePrefix("::/0"))
+	}
+	return d
+}
+
+// defaultRoute is the route to d (a default) through link, in table
+// (0: main).
+func defaultRoute(link netlink.Link, d netip.Prefix, table int) *netlink.Route {
+	r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipnet(d), Scope: netlink.SCOPE_LINK, Table: table}
+	if d.Addr().Is6() {
+		r.Scope = netlink.SCOPE_UNIVERSE
+	}
+	return r
 }
 
 func syncAddrs(h *netlink.Handle, link netlink.Link, want []netip.Prefix) error {

@@ -53,9 +53,9 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 		// old one left open meanwhile.
 		fwd = policy.Forwarded{}
 	}
-	if err := e.apply(ctx, inst.Tunnel, inst.Spec, twin, live, fwd); err != nil {
+	if err := e.apply(ctx, inst.variant(), inst.Tunnel, inst.Spec, twin, live, fwd); err != nil {
 		// Put back what was replaced; the kill switch stays either way.
-		if rerr := e.apply(ctx, inst.Tunnel, twin, inst.Spec, live, inst.forwarded); rerr != nil {
+		if rerr := e.apply(ctx, inst.variant(), inst.Tunnel, twin, inst.Spec, live, inst.forwarded); rerr != nil {
 			err = fmt.Errorf("%w (restoring the running config: %v)", err, rerr)
 		}
 		return nil, fmt.Errorf("reload %s: %w", inst.Spec.Name, err)
@@ -73,8 +73,9 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 
 // apply changes the live parts from cur to next, on the running tunnel
 // t. What can fail without a change (resolving endpoint names) is done
-// first, by the tunnel. The forwarded-port sets get fwd.
-func (e *Engine) apply(ctx context.Context, t wireguard.Tunnel, cur, next *config.Spec, parts []string, fwd policy.Forwarded) error {
+// first, by the tunnel. The forwarded-port sets get fwd. v is the
+// instance's mode.
+func (e *Engine) apply(ctx context.Context, v variant, t wireguard.Tunnel, cur, next *config.Spec, parts []string, fwd policy.Forwarded) error {
 	sys := e.sys()
 	has := func(p ...string) bool {
 		return slices.ContainsFunc(parts, func(x string) bool { return slices.Contains(p, x) })
@@ -85,12 +86,12 @@ func (e *Engine) apply(ctx context.Context, t wireguard.Tunnel, cur, next *confi
 		}
 	}
 	if has("dns", "openPorts", "portForwarding") {
-		if err := applyPolicy(sys.fw, next, fwd, false); err != nil {
+		if err := applyPolicy(sys.fw, v, next, fwd, false); err != nil {
 			return err
 		}
 	}
 	if has("dns") {
-		if err := sys.files.RewriteResolvConf(next); err != nil {
+		if err := v.rewriteResolver(next, sys.files.RewriteResolvConf); err != nil {
 			return err
 		}
 	}

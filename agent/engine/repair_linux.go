@@ -19,14 +19,14 @@ func (e *Engine) Repair(ctx context.Context, inst *Instance, rep *health.Report)
 	sys := e.sys()
 	var errs []error
 	if rep.Has(health.PolicyMissing) || rep.Has(health.PolicyChanged) || rep.Has(health.PolicyUnreadable) {
-		errs = append(errs, wrap("repair kill switch", applyPolicy(sys.fw, inst.Spec, inst.forwarded, false)))
+		errs = append(errs, wrap("repair kill switch", applyPolicy(sys.fw, inst.variant(), inst.Spec, inst.forwarded, false)))
 	}
 	tunnel := rep.Has(health.TunnelMissing) || rep.Has(health.DataPlaneDead)
 	if tunnel {
 		errs = append(errs, wrap("repair tunnel", e.RepairTunnel(ctx, inst)))
 	}
 	if rep.Has(health.RoutesWrong) && !tunnel {
-		errs = append(errs, wrap("repair routes", sys.links.ConfigureTunnel(inst.Spec)))
+		errs = append(errs, wrap("repair routes", inst.variant().routes(sys, inst.Spec)))
 	}
 	hostPolicy := rep.Has(health.HostPolicyMissing)
 	if rep.Has(health.HostLinkMissing) {

@@ -16,7 +16,10 @@ import (
 // State is what the agent records about a namespace it manages, in
 // /run/vpn-confinement/<name>/state.json. It holds no secrets.
 type State struct {
-	Name       string         `json:"name"`
+	Name string `json:"name"`
+	// Mode is how the namespace is confined: "" host mode (a named
+	// namespace), ModeSidecar (the namespace the agent runs in).
+	Mode       string         `json:"mode,omitempty"`
 	Backend    config.Backend `json:"backend"`
 	Interface  string         `json:"interface"`
 	PID        int            `json:"pid,omitempty"` // process holding the data plane (userspace) or running the watchdog

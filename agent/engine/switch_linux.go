@@ -159,7 +159,7 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 		// reverse.
 		var rerrs []error
 		if policySwitched {
-			rerrs = append(rerrs, wrap("undo policy", applyPolicy(sys.fw, old, inst.forwarded, false)))
+			rerrs = append(rerrs, wrap("undo policy", applyPolicy(sys.fw, inst.variant(), old, inst.forwarded, false)))
 		}
 		rerrs = append(rerrs, j.rollback())
 		if rerr := errors.Join(rerrs...); rerr != nil {
@@ -175,7 +175,7 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	// The previous server's forwarded port goes with its kill switch, in
 	// the same replace: the new server's public address has no lease yet
 	// (the daemon asks its gateway once the switch is done).
-	if err := applyPolicy(sys.fw, next, policy.Forwarded{}, false); err != nil {
+	if err := applyPolicy(sys.fw, inst.variant(), next, policy.Forwarded{}, false); err != nil {
 		return fmt.Errorf("switch to server %d: kill switch: %w", next.Server, err)
 	}
 	policySwitched = true
@@ -190,15 +190,16 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 		return sys.dev.Configure(inst.Tunnel, old.Name, live(*prev, old))
 	})
 
-	if err := sys.links.ConfigureTunnel(next); err != nil {
+	v := inst.variant()
+	if err := v.routes(sys, next); err != nil {
 		return fmt.Errorf("switch to server %d: %w", next.Server, err)
 	}
-	j.add(StepAddresses, func() error { return sys.links.ConfigureTunnel(old) })
+	j.add(StepAddresses, func() error { return v.routes(sys, old) })
 
-	if err := sys.resolv.Rewrite(next); err != nil {
+	if err := v.rewriteResolver(next, sys.resolv.Rewrite); err != nil {
 		return fmt.Errorf("switch to server %d: resolv.conf: %w", next.Server, err)
 	}
-	j.add(StepResolver, func() error { return sys.resolv.Rewrite(old) })
+	j.add(StepResolver, func() error { return v.rewriteResolver(old, sys.resolv.Rewrite) })
 
 	st := inst.stateFor(next)
 	if err := sys.files.WriteState(st); err != nil {

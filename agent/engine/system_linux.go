@@ -48,6 +48,17 @@ type links interface {
 	// ConfigureTunnel sets the tunnel's MTU and addresses, brings it up
 	// and points the default routes at it: from here it carries traffic.
 	ConfigureTunnel(s *config.Spec) error
+	// ConfigureSidecar is ConfigureTunnel in sidecar mode: the tunnel's
+	// MTU and addresses, its default routes in names.SidecarTable and the
+	// two policy rules, converging over the ones it finds; the namespace's
+	// own routes are left as they are.
+	ConfigureSidecar(s *config.Spec) error
+	// RemoveSidecarRoutes removes the rules and the table routes
+	// ConfigureSidecar makes, in the namespace name (missing is fine).
+	RemoveSidecarRoutes(name string) error
+	// PodInterfaces lists the links of s's namespace but lo and the
+	// tunnel: the pod's own interfaces.
+	PodInterfaces(s *config.Spec) ([]string, error)
 	// CreateHostLink makes the host link and returns its undo; on error
 	// it has undone its own work.
 	CreateHostLink(s *config.Spec) (undo func() error, err error)
@@ -114,6 +125,8 @@ type system struct {
 	dev     devices    // switch_linux.go
 	resolv  resolvConf // switch_linux.go
 	lock    func(name string) (*Lock, error)
+	// agent identifies this process's sockets (sidecar mode's kill switch).
+	agent func() (policy.AgentSocket, error)
 }
 
 // sys returns the engine's system with the real implementations filled in
@@ -129,6 +142,9 @@ func (e *Engine) sys() system {
 	d.resolv = cmp.Or[resolvConf](d.resolv, inPlaceResolv{})
 	if d.lock == nil {
 		d.lock = TryLock
+	}
+	if d.agent == nil {
+		d.agent = policy.SelfAgentSocket
 	}
 	return d
 }
@@ -174,7 +190,12 @@ func (nftFirewall) SetForwarded(nsPath, table string, f policy.Forwarded) error 
 
 type netlinkLinks struct{}
 
-func (netlinkLinks) ConfigureTunnel(s *config.Spec) error { return configureTunnelL3(s) }
+func (netlinkLinks) ConfigureTunnel(s *config.Spec) error  { return configureTunnelL3(s) }
+func (netlinkLinks) ConfigureSidecar(s *config.Spec) error { return configureSidecarL3(s) }
+func (netlinkLinks) RemoveSidecarRoutes(name string) error { return removeSidecarRouting(name) }
+func (netlinkLinks) PodInterfaces(s *config.Spec) ([]string, error) {
+	return podInterfaces(s)
+}
 func (netlinkLinks) CreateHostLink(s *config.Spec) (func() error, error) {
 	return createHostLink(s)
 }

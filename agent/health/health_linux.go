@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
@@ -9,6 +10,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
+	"golang.org/x/sys/unix"
 )
 
 // Target says what to inspect.
@@ -32,6 +34,12 @@ type Target struct {
 	// Forwarded is what the kill switch's forwarded-port sets must hold
 	// (the ports of a live NAT-PMP lease).
 	Forwarded policy.Forwarded
+	// Ruleset compiles the kill switch the table must match (the running
+	// agent's: engine.Instance.Ruleset). Nil: policy.Compile, and for a
+	// sidecar-mode Spec none (its kill switch names the running agent's
+	// sockets, which only the agent knows): the table is checked for
+	// being loaded only.
+	Ruleset func(*config.Spec) (*policy.Ruleset, error)
 
 	gates *Watcher // nil: every table is read in full
 }
@@ -62,7 +70,7 @@ func Inspect(t Target) *Report {
 	if t.gates != nil {
 		table, link, host = &t.gates.Table, &t.gates.Link, &t.gates.Host
 	}
-	inspectPolicy(r, t.Spec, t.Forwarded, table, t.Peers)
+	inspectPolicy(r, t.Spec, t.want, t.Forwarded, table, t.Peers)
 	if wireguard.Stopped(t.Tunnel) {
 		r.Add(DataPlaneDead, "WireGuard data plane for %s stopped", r.Interface)
 	}
@@ -125,22 +133,38 @@ func inspectLink(r *Report, s *config.Spec, g *Gate[Link]) {
 		return
 	}
 	if s != nil {
-		if d := wrongDefaultRoutes(h, l.Attrs().Index, s.IPv6); d != "" {
+		wrong := wrongDefaultRoutes
+		if s.Sidecar != nil {
+			wrong = wrongSidecarRoutes
+		}
+		if d := wrong(h, l.Attrs().Index, s.IPv6); d != "" {
 			r.Add(RoutesWrong, "%s", d)
 		}
 	}
+}
+
+// want is the kill switch t's table must match; nil: not known here.
+func (t Target) want(s *config.Spec) (*policy.Ruleset, error) {
+	switch {
+	case t.Ruleset != nil:
+		return t.Ruleset(s)
+	case s.Sidecar != nil:
+		return nil, nil
+	}
+	return policy.Compile(s), nil
 }
 
 // wrongDefaultRoutes describes default routes that do not point at the
 // tunnel (ifindex tun), or a missing one. The kill switch still blocks
 // such paths; the repair restores the tunnel as the way out.
 func wrongDefaultRoutes(h *netlink.Handle, tun int, v6 bool) string {
-	fams := []int{netlink.FAMILY_V4}
-	if v6 {
-		fams = append(fams, netlink.FAMILY_V6)
-	}
-	for _, fam := range fams {
-		routes, err := h.RouteListFiltered(fam, &netlink.Route{Table: 254}, netlink.RT_FILTER_TABLE)
+	return wrongDefaults(h, tun, v6, unix.RT_TABLE_MAIN)
+}
+
+// wrongDefaults is wrongDefaultRoutes for routing table table.
+func wrongDefaults(h *netlink.Handle, tun int, v6 bool, table int) string {
+	for _, fam := range families(v6) {
+		routes, err := h.RouteListFiltered(fam, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
 		if err != nil {
 			return "cannot list routes: " + err.Error()
 		}
@@ -158,6 +182,42 @@ func wrongDefaultRoutes(h *netlink.Handle, tun int, v6 bool) string {
 		}
 		if !found {
 			return "default route through the tunnel is missing"
+		}
+	}
+	return ""
+}
+
+func families(v6 bool) []int {
+	if v6 {
+		return []int{netlink.FAMILY_V4, netlink.FAMILY_V6}
+	}
+	return []int{netlink.FAMILY_V4}
+}
+
+// wrongSidecarRoutes is wrongDefaultRoutes in sidecar mode (see
+// names.SidecarTable): the tunnel's table routes the defaults through the
+// tunnel, and both policy rules are in place. The namespace's main table
+// is the pod's and is not judged.
+func wrongSidecarRoutes(h *netlink.Handle, tun int, v6 bool) string {
+	if d := wrongDefaults(h, tun, v6, names.SidecarTable); d != "" {
+		return d + " (table " + strconv.Itoa(names.SidecarTable) + ")"
+	}
+	for _, fam := range families(v6) {
+		rules, err := h.RuleList(fam)
+		if err != nil {
+			return "cannot list rules: " + err.Error()
+		}
+		suppress, toTunnel := false, false
+		for _, r := range rules {
+			switch {
+			case r.Priority == names.SidecarRulePriority && r.Table == unix.RT_TABLE_MAIN && r.SuppressPrefixlen == 0:
+				suppress = true
+			case r.Priority == names.SidecarRulePriority+1 && r.Table == names.SidecarTable && r.Invert && r.Mark != 0:
+				toTunnel = true
+			}
+		}
+		if !suppress || !toTunnel {
+			return "the policy rules that send traffic to the tunnel's table are missing"
 		}
 	}
 	return ""

@@ -3,6 +3,7 @@ package health
 import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
@@ -11,12 +12,13 @@ import (
 // its rule count and its drop counters. With a gate, a table unchanged
 // since it last matched is not read again (see Gate).
 // With counters, a skipped read still reads the drop counters (one dump).
-func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded, g *Gate[Policy], counters bool) {
+// want compiles what the table must be (nil ruleset: loaded is enough).
+func inspectPolicy(r *Report, s *config.Spec, want func(*config.Spec) (*policy.Ruleset, error), fwd policy.Forwarded, g *Gate[Policy], counters bool) {
 	p, skip, facts := g.begin(s, fwd)
 	if skip && counters {
 		// The table is unchanged, its counters not: read them alone. None
 		// (or an error) means something is off after all: read it all.
-		cs, err := policy.Counters(names.Netns(r.Name), names.Table)
+		cs, err := policy.Counters(netns.Path(r.Name), names.Table)
 		if skip = err == nil && len(cs) > 0; skip {
 			facts.Drops = drops(cs)
 		}
@@ -26,7 +28,7 @@ func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded, g *Gate[Poli
 		return
 	}
 	defer func() { g.verified(p, s, fwd, r.Policy.Loaded && r.Policy.Matches, r.Policy) }()
-	st, err := policy.Inspect(names.Netns(r.Name), names.Table)
+	st, err := policy.Inspect(netns.Path(r.Name), names.Table)
 	if err != nil {
 		r.Add(PolicyUnreadable, "cannot check the kill-switch table: %v", err)
 		return
@@ -41,7 +43,15 @@ func inspectPolicy(r *Report, s *config.Spec, fwd policy.Forwarded, g *Gate[Poli
 	if s == nil {
 		return
 	}
-	if err := st.Verify(policy.Compile(s).WithForwarded(fwd)); err != nil {
+	rs, err := want(s)
+	if err != nil {
+		r.Add(PolicyUnreadable, "cannot compile the kill switch to compare: %v", err)
+		return
+	}
+	if rs == nil {
+		return
+	}
+	if err := st.Verify(rs.WithForwarded(fwd)); err != nil {
 		r.Add(PolicyChanged, "kill-switch table was changed: %v", err)
 		return
 	}

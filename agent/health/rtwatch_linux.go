@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.org/x/sys/unix"
@@ -12,10 +11,11 @@ import (
 
 // rtGroups are the rtnetlink multicast groups whose events can change
 // what inspectLink reads: links (the tunnel's presence, its up flag, its
-// MTU), addresses and routes, IPv4 and IPv6.
+// MTU), addresses, routes and (sidecar mode's policy routing) rules, IPv4
+// and IPv6.
 const rtGroups = 1<<(unix.RTNLGRP_LINK-1) |
-	1<<(unix.RTNLGRP_IPV4_IFADDR-1) | 1<<(unix.RTNLGRP_IPV4_ROUTE-1) |
-	1<<(unix.RTNLGRP_IPV6_IFADDR-1) | 1<<(unix.RTNLGRP_IPV6_ROUTE-1)
+	1<<(unix.RTNLGRP_IPV4_IFADDR-1) | 1<<(unix.RTNLGRP_IPV4_ROUTE-1) | 1<<(unix.RTNLGRP_IPV4_RULE-1) |
+	1<<(unix.RTNLGRP_IPV6_IFADDR-1) | 1<<(unix.RTNLGRP_IPV6_ROUTE-1) | 1<<(unix.RTNLGRP_IPV6_RULE-1)
 
 // rtNexthop is the group of nexthop objects (Linux 5.3): a route can name
 // one (`ip route add default nhid 7`), and deleting the object removes
@@ -58,7 +58,7 @@ func (w *rtWatch) Read() (policy.Gen, error) {
 
 func (w *rtWatch) read() (policy.Gen, error) {
 	var st unix.Stat_t
-	if err := unix.Stat(names.Netns(w.name), &st); err != nil {
+	if err := unix.Stat(netns.Path(w.name), &st); err != nil {
 		return policy.Gen{}, err
 	}
 	if w.fd >= 0 && st.Ino != w.ino {

@@ -2,7 +2,7 @@ package health
 
 import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
-	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
@@ -19,13 +19,15 @@ type Watcher struct {
 	Table Gate[Policy]
 	Link  Gate[Link]
 	Host  Gate[struct{}]
-	socks []interface{ Close() }
+	// Ruleset is Target.Ruleset for every check (nil: policy.Compile).
+	Ruleset func(*config.Spec) (*policy.Ruleset, error)
+	socks   []interface{ Close() }
 }
 
 // NewWatcher watches the namespace name and the agent's own (host)
 // namespace. Close releases its sockets.
 func NewWatcher(name string) *Watcher {
-	ns, rt, host := policy.NewGenWatch(names.Netns(name)), newRTWatch(name), policy.NewGenWatch("")
+	ns, rt, host := policy.NewGenWatch(netns.Path(name)), newRTWatch(name), policy.NewGenWatch("")
 	return &Watcher{
 		Table: Gate[Policy]{Gens: ns}, Link: Gate[Link]{Gens: rt}, Host: Gate[struct{}]{Gens: host},
 		socks: []interface{ Close() }{ns, rt, host},
@@ -34,7 +36,7 @@ func NewWatcher(name string) *Watcher {
 
 // Check inspects the namespace of s as Check does, through the gates.
 func (w *Watcher) Check(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded) *Report {
-	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd, gates: w})
+	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd, Ruleset: w.Ruleset, gates: w})
 }
 
 // Observe inspects as Check does and also reads the WireGuard peers, as
@@ -42,7 +44,7 @@ func (w *Watcher) Check(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded
 // counters, so they are current. The peers are read through dev (nil:
 // wgctrl).
 func (w *Watcher) Observe(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded, dev DeviceReader) *Report {
-	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd, Peers: true, Device: dev, gates: w})
+	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd, Peers: true, Device: dev, Ruleset: w.Ruleset, gates: w})
 }
 
 // Close closes the sockets the gates read.

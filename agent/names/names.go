@@ -36,6 +36,22 @@ const (
 	NSVethPrefix   = "vn-"
 )
 
+// Sidecar mode's policy routing (wg-quick's scheme, in the namespace the
+// agent runs in): the tunnel's own packets carry SidecarFwMark (unless
+// wireguard.fwMark is set) and take the pod's routes; every other packet
+// is sent to table SidecarTable, whose default route is the tunnel. The
+// two rules sit at fixed priorities, so a restart finds and converges them:
+// SidecarRulePriority: "lookup main suppress_prefixlength 0" (the pod's
+// own, non-default routes), SidecarRulePriority+1: "not fwmark M lookup
+// SidecarTable".
+const (
+	SidecarTable        = 51820
+	SidecarFwMark       = 51820
+	SidecarRulePriority = 32760
+	// SidecarDNS is where the agent's DNS forwarder listens in the pod.
+	SidecarDNS = "127.0.0.1:53"
+)
+
 // ResolverFiles are the files in ResolverDir that `vpn-agent exec`, `ip
 // netns exec` and a confined unit see in place of the host's /etc ones.
 var ResolverFiles = []string{"resolv.conf", "nsswitch.conf"}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,7 +14,7 @@ import (
 // names; sorted. Processes that end while it looks are skipped.
 func Members(name string) ([]int, error) {
 	var ns unix.Stat_t
-	if err := unix.Stat(names.Netns(name), &ns); err != nil {
+	if err := unix.Stat(Path(name), &ns); err != nil {
 		return nil, fmt.Errorf("stat netns %q: %w", name, err)
 	}
 	procs, err := os.ReadDir("/proc")

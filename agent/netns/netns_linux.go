@@ -16,8 +16,11 @@ import (
 )
 
 // Exists reports whether name is a live namespace bind mount (not merely a
-// leftover file).
+// leftover file), or the process's own namespace (UseCurrent).
 func Exists(name string) bool {
+	if IsCurrent(name) {
+		return true
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(names.Netns(name), &st); err != nil {
 		return false
@@ -28,6 +31,9 @@ func Exists(name string) bool {
 // Create creates the named namespace with loopback up. It fails if a live
 // namespace of that name exists; a stale file is replaced.
 func Create(name string) error {
+	if IsCurrent(name) {
+		return fmt.Errorf("create netns %q: it is this process's own namespace (sidecar mode)", name)
+	}
 	if Exists(name) {
 		return fmt.Errorf("create netns %q: %w", name, os.ErrExist)
 	}
@@ -115,6 +121,9 @@ func ensureSharedDir() error {
 // Delete removes the named namespace. A missing namespace is not an error.
 // Links inside it are destroyed by the kernel once no process holds it.
 func Delete(name string) error {
+	if IsCurrent(name) {
+		return nil // nothing to remove: the namespace is not the agent's to delete
+	}
 	p := names.Netns(name)
 	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount netns %q: %w", name, err)
@@ -127,7 +136,7 @@ func Delete(name string) error {
 
 // Open returns a handle (file descriptor) of the named namespace.
 func Open(name string) (vnetns.NsHandle, error) {
-	h, err := vnetns.GetFromPath(names.Netns(name))
+	h, err := vnetns.GetFromPath(Path(name))
 	if err != nil {
 		return vnetns.None(), fmt.Errorf("open netns %q: %w", name, err)
 	}

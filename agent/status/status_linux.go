@@ -5,17 +5,20 @@
 package status
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
+	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
 // Report is one namespace's status.
@@ -69,6 +72,11 @@ func Get(name string) (*Report, error) {
 		return nil, err
 	}
 	st, stErr := engine.ReadState(name)
+	if st != nil {
+		// A sidecar-mode namespace is the one status runs in (inside the
+		// agent's container): no /run/netns/NAME.
+		st.BindNamespace()
+	}
 	if stErr != nil && !netns.Exists(name) {
 		return nil, fmt.Errorf("namespace %s: %w", name, os.ErrNotExist)
 	}
@@ -85,6 +93,9 @@ func Get(name string) (*Report, error) {
 	pool := 1
 	if st != nil && st.ConfigPath != "" {
 		t.Spec, configErr = config.LoadSpec(st.ConfigPath, config.Options{})
+		if t.Spec != nil && st.Mode == engine.ModeSidecar && running {
+			t.Ruleset = sidecarRuleset(t.Spec, st.PID)
+		}
 		// After a failover the kill switch is the active server's.
 		if t.Spec != nil && st.Server > 0 && st.Server < len(t.Spec.Pool) {
 			t.Spec = t.Spec.Pool[st.Server]
@@ -125,6 +136,25 @@ func Get(name string) (*Report, error) {
 		}
 	}
 	return r, nil
+}
+
+// sidecarRuleset compiles the kill switch the sidecar agent pid loads
+// for a server of full's pool: it names that agent's cgroup. Without the
+// agent the table is only checked for being loaded (health.Target).
+func sidecarRuleset(full *config.Spec, pid int) func(*config.Spec) (*policy.Ruleset, error) {
+	return func(s *config.Spec) (*policy.Ruleset, error) {
+		agent, err := policy.AgentSocketOf(pid)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		eps, err := engine.PoolEndpoints(ctx, full)
+		if err != nil {
+			return nil, err
+		}
+		return policy.CompileSidecar(s, agent, eps)
+	}
 }
 
 // render is the part of a status report that a health report gives.

@@ -119,8 +119,13 @@ func ProbeKernel() error {
 	return <-errc
 }
 
-// moveToNS moves a host-namespace link into the named namespace.
+// moveToNS moves a host-namespace link into the named namespace. In
+// sidecar mode the namespace is the agent's own (netns.UseCurrent): the
+// link stays where it was born, with its UDP socket.
 func moveToNS(link netlink.Link, nsName string) error {
+	if netns.IsCurrent(nsName) {
+		return nil
+	}
 	ns, err := netns.Open(nsName)
 	if err != nil {
 		return err

@@ -79,6 +79,9 @@ var env struct {
 }
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(appProbeEnv); spec != "" {
+		os.Exit(appProbeMain(spec)) // the sidecar test's app (sidecar_test.go)
+	}
 	flag.Parse()
 	os.Exit(run(m))
 }
