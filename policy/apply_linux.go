@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 
 	"github.com/google/nftables"
@@ -174,7 +175,13 @@ func withConn(nsPath string, f func(*nftables.Conn) error) error {
 			defer unix.Close(dup)
 			fd = dup
 		}
-		opts = append(opts, nftables.WithNetNSFd(fd))
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("open namespace: %w", err)
+		}
+		if !ownNamespace(st) { // the caller's own needs no setns (nor CAP_SYS_ADMIN)
+			opts = append(opts, nftables.WithNetNSFd(fd))
+		}
 	}
 	c, err := nftables.New(append(opts, nftables.AsLasting())...)
 	if err != nil {
@@ -189,4 +196,13 @@ func nsName(nsPath string) string {
 		return "the current namespace"
 	}
 	return nsPath
+}
+
+// ownNamespace reports whether st (of a namespace file) is the calling
+// thread's own network namespace.
+func ownNamespace(st unix.Stat_t) bool {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var own unix.Stat_t
+	return unix.Stat("/proc/thread-self/ns/net", &own) == nil && own.Ino == st.Ino && own.Dev == st.Dev
 }

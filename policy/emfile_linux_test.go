@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -21,7 +23,10 @@ func TestOutOfFilesIsAnError(t *testing.T) {
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestOutOfFilesIsAnError$", "-test.v")
-	cmd.Env = append(os.Environ(), "VPNC_EMFILE_CHILD=1")
+	// The child runs in a namespace of its own and inspects the test's: the
+	// library's namespace path (setns on a thread) is the one under test.
+	cmd.Env = append(os.Environ(), "VPNC_EMFILE_CHILD=1", fmt.Sprintf("VPNC_EMFILE_NS=/proc/%d/ns/net", os.Getpid()))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "EMFILE-ERROR:") {
 		t.Fatalf("Inspect with no file descriptor left must return an error (err %v):\n%s", err, out)
@@ -47,7 +52,7 @@ func emfileChild() {
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		panic(err)
 	}
-	_, err := Inspect("/proc/self/ns/net", "vpnc-emfile-none")
+	_, err := Inspect(os.Getenv("VPNC_EMFILE_NS"), "vpnc-emfile-none")
 	os.Stdout.WriteString("EMFILE-ERROR: " + errString(err) + "\n")
 	if err == nil {
 		os.Exit(3)

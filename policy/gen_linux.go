@@ -103,7 +103,11 @@ func (w *GenWatch) open(path string) error {
 		defer unix.Close(dup)
 		fd = dup
 	}
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: fd})
+	cfg := &netlink.Config{NetNS: fd}
+	if ownNamespace(st) {
+		cfg = nil // the caller's own: no setns (it needs CAP_SYS_ADMIN, which a sidecar has not)
+	}
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
 	}

@@ -146,6 +146,9 @@ func Open(name string) (vnetns.NsHandle, error) {
 // Handle returns a netlink handle whose sockets live in the named
 // namespace; no thread ever switches namespace.
 func Handle(name string) (*netlink.Handle, error) {
+	if IsCurrent(name) {
+		return netlink.NewHandle() // no setns: it needs CAP_SYS_ADMIN, which a sidecar has not
+	}
 	ns, err := Open(name)
 	if err != nil {
 		return nil, err
@@ -162,6 +165,14 @@ func Handle(name string) (*netlink.Handle, error) {
 // APIs that have no namespace parameter (wgctrl's generic netlink, /proc/sys
 // writes). Sockets opened by fn stay in that namespace after it returns.
 func Do(name string, fn func() error) error {
+	if IsCurrent(name) {
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // as below, without the setns a sidecar may not do
+			errc <- fn()
+		}()
+		return <-errc
+	}
 	ns, err := Open(name)
 	if err != nil {
 		return err
