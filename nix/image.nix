@@ -21,7 +21,7 @@ dockerTools.buildLayeredImage {
     Cmd = [
       "run"
       "--config"
-      "/etc/vpn-confinement/sidecar.json"
+      "/etc/vpn-confinement/config/sidecar.json"
     ];
     Labels = {
       "org.opencontainers.image.title" = "vpn-agent";

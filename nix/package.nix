@@ -29,7 +29,7 @@ buildGoModule {
     fileset = import ./source.nix { inherit lib; };
   };
 
-  vendorHash = "sha256-ImYwV7QYdSuwb6lbDp3k3na9xnReJpKu2HRyIl8IcLI=";
+  vendorHash = "sha256-m32S2Qpzm5dVlJHLxLNfu15ItRkiLt/e00aE8u2kLeY=";
 
   subPackages = [ "agent/cmd/${program}" ];
 
