@@ -48,14 +48,7 @@ func Compile(s *config.Spec) *Ruleset {
 		Sets: namespaceSets(s),
 	}
 	r.Chains = append(outputChain(s), inputChain(s)...)
-	r.Chains = append(r.Chains, Chain{
-		Name: "forward", Type: ChainFilter, Hook: HookForward, Priority: PriorityFilter, Policy: PolicyDrop,
-		Comment: "the namespace is not a router",
-		Rules: []Rule{{
-			Exprs:   []Expr{CounterRef{CounterFwdDrop}, Drop},
-			Comment: "the namespace never forwards: count and drop",
-		}},
-	})
+	r.Chains = append(r.Chains, forwardChain())
 	return r
 }
 

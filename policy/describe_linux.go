@@ -16,7 +16,8 @@ import (
 // kernel stores and dumps back, so a rule Apply would load and the same rule
 // read from the kernel describe identically. Set IDs (a batch-local
 // reference) are left out, and so are the expression types the netlink
-// library cannot decode when reading back (rt, byteorder), on both sides.
+// library cannot decode when reading back (rt, byteorder, socket), on both
+// sides.
 func describeAll(es []expr.Any) []string {
 	out := make([]string, 0, len(es))
 	for _, e := range es {
@@ -67,7 +68,7 @@ func describe(e expr.Any) string {
 			n.RegProtoMax = n.RegProtoMin
 		}
 		return fmt.Sprintf("nat %+v", n)
-	case *expr.Rt, *expr.Byteorder:
+	case *expr.Rt, *expr.Byteorder, *expr.Socket:
 		return "" // not decoded by the library on read-back
 	}
 	// Anything else was not put there by Apply: describe it fully so it

@@ -71,6 +71,26 @@ type CtStateMatch struct{ States CtState }
 // CtStatusDNAT matches connections that were destination-NATed ("ct status dnat").
 type CtStatusDNAT struct{}
 
+// CtDirectionReply matches packets in the reply direction of their
+// connection ("ct direction reply"): answers to a connection the other
+// side opened.
+type CtDirectionReply struct{}
+
+// SocketCgroup matches packets whose socket belongs to the cgroup v2 with
+// id ID, or to a cgroup below it, where that cgroup is Level levels below
+// the root ("socket cgroupv2 level 2 1234"). The kernel reads the cgroup
+// the socket was created in (sk_cgrp_data), which the process that owns
+// the socket cannot change afterwards; a packet without a socket in this
+// namespace never matches. Valid in the output, input and prerouting hooks.
+//
+// nft lists the match with the cgroup's path when it finds it under
+// /sys/fs/cgroup and with the number otherwise; nft 1.0 parses only the
+// path form, so Render's number is for review and Apply is the loader.
+type SocketCgroup struct {
+	Level uint32
+	ID    uint64
+}
+
 // TCPSyn matches TCP packets with SYN set ("tcp flags syn").
 type TCPSyn struct{}
 
@@ -109,21 +129,23 @@ type DNAT struct {
 	Port uint16
 }
 
-func (Iface) isExpr()         {}
-func (NFProto) isExpr()       {}
-func (L4Proto) isExpr()       {}
-func (Addr) isExpr()          {}
-func (Port) isExpr()          {}
-func (CtStateMatch) isExpr()  {}
-func (CtStatusDNAT) isExpr()  {}
-func (TCPSyn) isExpr()        {}
-func (FibDaddrLocal) isExpr() {}
-func (ClampMSS) isExpr()      {}
-func (CounterRef) isExpr()    {}
-func (Verdict) isExpr()       {}
-func (Goto) isExpr()          {}
-func (Reject) isExpr()        {}
-func (DNAT) isExpr()          {}
+func (Iface) isExpr()            {}
+func (NFProto) isExpr()          {}
+func (L4Proto) isExpr()          {}
+func (Addr) isExpr()             {}
+func (Port) isExpr()             {}
+func (CtStateMatch) isExpr()     {}
+func (CtStatusDNAT) isExpr()     {}
+func (CtDirectionReply) isExpr() {}
+func (SocketCgroup) isExpr()     {}
+func (TCPSyn) isExpr()           {}
+func (FibDaddrLocal) isExpr()    {}
+func (ClampMSS) isExpr()         {}
+func (CounterRef) isExpr()       {}
+func (Verdict) isExpr()          {}
+func (Goto) isExpr()             {}
+func (Reject) isExpr()           {}
+func (DNAT) isExpr()             {}
 
 func (e Iface) String() string {
 	k := "iifname"
@@ -185,14 +207,18 @@ func (s CtState) String() string {
 	return strings.Join(names, ",")
 }
 
-func (e CtStateMatch) String() string { return "ct state " + e.States.String() }
-func (CtStatusDNAT) String() string   { return "ct status dnat" }
-func (TCPSyn) String() string         { return "tcp flags syn" }
-func (FibDaddrLocal) String() string  { return "fib daddr type local" }
-func (ClampMSS) String() string       { return "tcp option maxseg size set rt mtu" }
-func (e CounterRef) String() string   { return fmt.Sprintf("counter name %q", e.Name) }
-func (v Verdict) String() string      { return string(v) }
-func (g Goto) String() string         { return "goto " + g.Chain }
+func (e CtStateMatch) String() string   { return "ct state " + e.States.String() }
+func (CtStatusDNAT) String() string     { return "ct status dnat" }
+func (CtDirectionReply) String() string { return "ct direction reply" }
+func (e SocketCgroup) String() string {
+	return fmt.Sprintf("socket cgroupv2 level %d %d", e.Level, e.ID)
+}
+func (TCPSyn) String() string        { return "tcp flags syn" }
+func (FibDaddrLocal) String() string { return "fib daddr type local" }
+func (ClampMSS) String() string      { return "tcp option maxseg size set rt mtu" }
+func (e CounterRef) String() string  { return fmt.Sprintf("counter name %q", e.Name) }
+func (v Verdict) String() string     { return string(v) }
+func (g Goto) String() string        { return "goto " + g.Chain }
 
 func (e Reject) String() string {
 	if e.TCPReset {

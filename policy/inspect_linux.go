@@ -142,8 +142,10 @@ func readTable(c *nftables.Conn, t *nftables.Table, st *State) error {
 // watchdog needs to detect a deleted or tampered table.
 //
 // Limits of the netlink library's read-back: it does not decode the "rt"
-// and "byteorder" expressions (only the MSS-clamp rule uses them), so they
-// are left out on both sides (everything else in that rule is compared),
+// and "byteorder" expressions (only the MSS-clamp rule uses them) nor the
+// "socket" expression (the sidecar table's agent match: the cgroup id it
+// is compared with is checked, its level is not), so they are left out on
+// both sides (everything else in those rules is compared),
 // and it does not return set comments, so those are not compared.
 func (s *State) Verify(want *Ruleset) error {
 	exp, err := expected(want)

@@ -23,6 +23,8 @@ const (
 	reg2 = unix.NFT_REG_2
 	// ipsDstNAT is conntrack's IPS_DST_NAT status bit (ct status dnat).
 	ipsDstNAT = 1 << 5
+	// ipCtDirReply is IP_CT_DIR_REPLY (ct direction reply).
+	ipCtDirReply = 1
 )
 
 // lowerCtx tracks which protocol dependencies a rule has already matched.
@@ -94,6 +96,16 @@ func (c *lowerCtx) lower(e Expr) ([]expr.Any, error) {
 		return ctBits(expr.CtKeySTATE, uint32(e.States)), nil
 	case CtStatusDNAT:
 		return ctBits(expr.CtKeySTATUS, ipsDstNAT), nil
+	case CtDirectionReply:
+		return []expr.Any{
+			&expr.Ct{Register: reg1, Key: expr.CtKeyDIRECTION},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{ipCtDirReply}},
+		}, nil
+	case SocketCgroup:
+		return []expr.Any{
+			&expr.Socket{Key: expr.SocketKeyCgroupv2, Level: e.Level, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint64(e.ID)},
+		}, nil
 	case TCPSyn:
 		return append(c.needL4(TCP),
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},

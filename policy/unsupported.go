@@ -37,3 +37,13 @@ func (s *State) Verify(want *Ruleset) error {
 
 // Fingerprint is only supported on Linux.
 func (r *Ruleset) Fingerprint() string { return "" }
+
+// SelfAgentSocket is only supported on Linux.
+func SelfAgentSocket() (AgentSocket, error) {
+	return AgentSocket{}, fmt.Errorf("agent cgroup: %w", errors.ErrUnsupported)
+}
+
+// AgentSocketOf is only supported on Linux.
+func AgentSocketOf(pid int) (AgentSocket, error) {
+	return AgentSocket{}, fmt.Errorf("agent cgroup: %w", errors.ErrUnsupported)
+}

@@ -202,7 +202,14 @@ func (r *Rule) validate(sets map[string]SetType, counters map[string]bool, chain
 			if e != Accept && e != Drop {
 				return fmt.Errorf("unknown verdict %q", string(e))
 			}
-		case NFProto, CtStateMatch, CtStatusDNAT, FibDaddrLocal:
+		case SocketCgroup:
+			// Level 0 is the root cgroup, and id 1 is the root's id:
+			// every socket descends from it, so the match would let
+			// anything pass as the agent.
+			if e.Level == 0 || e.Level > 255 || e.ID <= 1 {
+				return fmt.Errorf("%s: need a level 1-255 and a cgroup other than the root", e)
+			}
+		case NFProto, CtStateMatch, CtStatusDNAT, CtDirectionReply, FibDaddrLocal:
 		default:
 			return fmt.Errorf("unsupported expression %T", e)
 		}

@@ -48,6 +48,44 @@ type Config struct {
 	// Memory bounds what the userspace data plane holds (the kernel
 	// backend ignores it).
 	Memory Memory `json:"memory,omitempty"`
+	// Sidecar, when present ("sidecar": {} takes every default), makes the
+	// agent confine the network namespace it was started in (a Kubernetes
+	// pod's, or a compose service's that others join with network_mode)
+	// instead of creating a named namespace: no veth, no host link. The
+	// kill switch then lets out by the pod's interface only the agent's
+	// own WireGuard packets to the endpoints, allowedSubnets, the agent's
+	// queries to clusterDNS.server, and replies; a match on the agent's
+	// cgroup (not a firewall mark, which an app with CAP_NET_RAW can set)
+	// tells the agent's packets from the app's. The backend is userspace
+	// ("kernel" is refused: the kernel's WireGuard sends its packets
+	// without the agent's socket). The app container must not have
+	// CAP_NET_RAW: with it, a packet socket (AF_PACKET) sends frames that
+	// no nftables inet rule sees.
+	Sidecar *SidecarOptions `json:"sidecar,omitempty"`
+}
+
+// SidecarOptions is sidecar mode.
+type SidecarOptions struct {
+	// AllowedSubnets are IPv4 CIDRs (cluster and LAN ranges: pods,
+	// services, the node) that anything in the namespace may reach by the
+	// pod's interface, and the only sources allowed to reach
+	// metrics.listen. Never a default route, and never one that holds a
+	// WireGuard endpoint. Default: none.
+	AllowedSubnets []string `json:"allowedSubnets,omitempty"`
+	// ClusterDNS is the cluster's resolver (Kubernetes: the kube-dns
+	// Service address) and the domains it answers. Only the agent's DNS
+	// forwarder on 127.0.0.1:53 asks it, and only for names at or under
+	// the domains; every other name goes through the tunnel. Default: none.
+	ClusterDNS *ClusterDNSOptions `json:"clusterDNS,omitempty"`
+}
+
+// ClusterDNSOptions is the cluster's resolver.
+type ClusterDNSOptions struct {
+	// Server is the resolver's IP address; it must be inside
+	// allowedSubnets.
+	Server string `json:"server"`
+	// Domains are the names the resolver answers, e.g. ["cluster.local"].
+	Domains []string `json:"domains"`
 }
 
 // PortForwarding is provider port forwarding. The port is shown in status

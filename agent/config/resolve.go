@@ -141,6 +141,9 @@ func resolveOne(c *Config, opts Options) (*Spec, error) {
 	if err := resolveMemory(c, s); err != nil {
 		return nil, err
 	}
+	if err := resolveSidecar(c, s); err != nil {
+		return nil, err
+	}
 	if !opts.Static {
 		if err := checkHostPrefixes(s, opts); err != nil {
 			return nil, err

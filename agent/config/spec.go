@@ -68,6 +68,10 @@ type Spec struct {
 	// (build-time validation); such a Spec cannot be brought up.
 	KeysLoaded bool
 
+	// Sidecar: nil = host mode. Non-nil = the agent confines the network
+	// namespace it runs in (no named namespace, no veth).
+	Sidecar *Sidecar
+
 	// Pool is every server of a wireguard.configFiles pool, in order of
 	// preference, each a whole Spec (nil with one server); Server is this
 	// Spec's index in it.
@@ -154,6 +158,18 @@ type HostLinkSpec struct {
 	NSAddr         netip.Prefix
 	AccessibleFrom []netip.Prefix
 	Mappings       []Mapping
+}
+
+// Sidecar is resolved sidecar mode.
+type Sidecar struct {
+	AllowedSubnets []netip.Prefix // cluster/LAN ranges reachable by the pod's interface; never a default route
+	ClusterDNS     *ClusterDNS    // nil: none
+}
+
+// ClusterDNS is the cluster's resolver and the domains it answers.
+type ClusterDNS struct {
+	Server  netip.Addr
+	Domains []string // lower-case, no trailing dot, e.g. "cluster.local"
 }
 
 // Mapping is a resolved port mapping. Proto is "tcp" or "udp" (a "both"

@@ -80,6 +80,16 @@ var jsonCases = []jsonCase{
 	{"interface with slash", "interface", func(m map[string]any, _ string, _ keys) { m["interface"] = "wg/0" }},
 	{"unknown field", "colour", func(m map[string]any, _ string, _ keys) { m["colour"] = "blue" }},
 	{"unknown backend", "backend", func(m map[string]any, _ string, _ keys) { m["backend"] = "fast" }},
+	{"sidecar default route", "sidecar.allowedSubnets[0]", func(m map[string]any, _ string, _ keys) {
+		m["sidecar"] = map[string]any{"allowedSubnets": []any{"0.0.0.0/0"}}
+	}},
+	{"sidecar cluster dns outside allowed subnets", "sidecar.clusterDNS.server", func(m map[string]any, _ string, _ keys) {
+		m["sidecar"] = map[string]any{"allowedSubnets": []any{"10.42.0.0/16"}, "clusterDNS": map[string]any{"server": "10.43.0.10", "domains": []any{"cluster.local"}}}
+	}},
+	{"sidecar with host link", "hostLink.enable", func(m map[string]any, _ string, _ keys) {
+		m["sidecar"] = map[string]any{}
+		m["hostLink"] = map[string]any{"enable": true, "hostAddress": "10.200.1.1/30", "namespaceAddress": "10.200.1.2/30"}
+	}},
 	{"no tunnel", "wireguard", func(m map[string]any, _ string, _ keys) { m["wireguard"] = map[string]any{} }},
 	{"missing wg-quick file", "wireguard.configFile", func(m map[string]any, dir string, _ keys) {
 		m["wireguard"] = map[string]any{"configFile": filepath.Join(dir, "nope.conf")}

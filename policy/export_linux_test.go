@@ -1,0 +1,4 @@
+package policy
+
+// AgentSocketFrom is agentSocket for the external tests.
+var AgentSocketFrom = agentSocket
