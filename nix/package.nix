@@ -29,7 +29,7 @@ buildGoModule {
     fileset = import ./source.nix { inherit lib; };
   };
 
-  vendorHash = "sha256-m32S2Qpzm5dVlJHLxLNfu15ItRkiLt/e00aE8u2kLeY=";
+  vendorHash = "sha256-oxf12kJYWnVoIljtJpvKfvjCdAKSoh0FL0hChfaV+Fo=";
 
   subPackages = [ "agent/cmd/${program}" ];
 

@@ -40,5 +40,5 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 if ! have go; then
-  if [ -x /usr/local/go/bin/go ]; then export PATH=/usr/local/go/bin:$PATH; else echo "deps: Go 1.24+ is required" >&2; exit 1; fi
+  if [ -x /usr/local/go/bin/go ]; then export PATH=/usr/local/go/bin:$PATH; else echo "deps: Go 1.25+ is required" >&2; exit 1; fi
 fi

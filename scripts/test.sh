@@ -46,6 +46,7 @@ go test ./agent/wgquick -run '^$' -fuzz '^FuzzParse$' -fuzztime "$ft"
 go test ./agent/config -run '^$' -fuzz '^FuzzConfig$' -fuzztime "$ft"
 go test ./agent/natpmp -run '^$' -fuzz '^FuzzResponse$' -fuzztime "$ft"
 go test ./agent/wireguard -run '^$' -fuzz '^FuzzParseUAPI$' -fuzztime "$ft"
+go test ./agent/dnsproxy -run '^$' -fuzz '^FuzzQuery$' -fuzztime "$ft"
 
 step "nix: parse every .nix file, check vendorHash"
 .ci/nix-check.sh
