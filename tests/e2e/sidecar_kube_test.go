@@ -57,19 +57,19 @@ import (
 // question).
 
 var (
-	sidecarPod      = netip.MustParsePrefix("10.42.0.2/24")
-	sidecarNode     = netip.MustParsePrefix("10.42.0.1/24")
-	sidecarCluster  = netip.MustParseAddr("10.43.0.10")
-	clusterName     = "kubernetes.default.svc.cluster.local"
-	clusterAnswer   = "10.43.0.1"
-	sidecarPodIf    = "eth0"
-	sidecarNodeIf   = "pod0"
-	sidecarManifest = "dist/kubernetes/pod.yaml"
+	kubePodAddr       = netip.MustParsePrefix("10.42.0.2/24")
+	kubeNodeAddr      = netip.MustParsePrefix("10.42.0.1/24")
+	kubeClusterDNS    = netip.MustParseAddr("10.43.0.10")
+	kubeClusterName   = "kubernetes.default.svc.cluster.local"
+	kubeClusterAnswer = "10.43.0.1"
+	kubePodIf         = "eth0"
+	kubeNodeIf        = "pod0"
+	kubeManifestFile  = "dist/kubernetes/pod.yaml"
 )
 
-// staticAgent builds vpn-agent as the images hold it (CGO_ENABLED=0) into
+// kubeStaticAgent builds vpn-agent as the images hold it (CGO_ENABLED=0) into
 // dir and checks that it is static.
-func staticAgent(t *testing.T, dir string) string {
+func kubeStaticAgent(t *testing.T, dir string) string {
 	t.Helper()
 	root, err := moduleRoot()
 	if err != nil {
@@ -97,13 +97,13 @@ type kubeManifest struct {
 	cfg  string         // the ConfigMap's sidecar.json
 }
 
-func loadManifest(t *testing.T) kubeManifest {
+func loadKubeManifest(t *testing.T) kubeManifest {
 	t.Helper()
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(root, sidecarManifest))
+	f, err := os.Open(filepath.Join(root, kubeManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func loadManifest(t *testing.T) kubeManifest {
 		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			t.Fatalf("%s: %v", sidecarManifest, err)
+			t.Fatalf("%s: %v", kubeManifestFile, err)
 		}
 		m.docs = append(m.docs, d)
 		switch d["kind"] {
@@ -129,13 +129,13 @@ func loadManifest(t *testing.T) kubeManifest {
 		}
 	}
 	if m.pod == nil || m.name == "" || m.cfg == "" {
-		t.Fatalf("%s: no Pod, or no ConfigMap with sidecar.json", sidecarManifest)
+		t.Fatalf("%s: no Pod, or no ConfigMap with sidecar.json", kubeManifestFile)
 	}
 	return m
 }
 
-// list returns m[key] as a list of objects.
-func list(m map[string]any, key string) []map[string]any {
+// kubeList returns m[key] as a list of objects.
+func kubeList(m map[string]any, key string) []map[string]any {
 	var out []map[string]any
 	l, _ := m[key].([]any)
 	for _, e := range l {
@@ -150,9 +150,9 @@ func list(m map[string]any, key string) []map[string]any {
 // the agent a plain container, the wg-quick file from wgDir.
 func (m kubeManifest) plainPod(t *testing.T, wgDir string) []byte {
 	t.Helper()
-	inits := list(m.pod, "initContainers")
+	inits := kubeList(m.pod, "initContainers")
 	if len(inits) != 1 {
-		t.Fatalf("%s: want one init container (the agent), have %d", sidecarManifest, len(inits))
+		t.Fatalf("%s: want one init container (the agent), have %d", kubeManifestFile, len(inits))
 	}
 	agent := inits[0]
 	for _, k := range []string{"restartPolicy", "ports", "startupProbe", "livenessProbe", "readinessProbe"} {
@@ -161,7 +161,7 @@ func (m kubeManifest) plainPod(t *testing.T, wgDir string) []byte {
 	delete(m.pod, "initContainers")
 	m.pod["containers"] = append([]any{agent}, m.pod["containers"].([]any)...)
 	replaced := false
-	for _, v := range list(m.pod, "volumes") {
+	for _, v := range kubeList(m.pod, "volumes") {
 		if _, ok := v["secret"]; ok {
 			delete(v, "secret")
 			v["hostPath"] = map[string]any{"path": wgDir, "type": "Directory"}
@@ -169,7 +169,7 @@ func (m kubeManifest) plainPod(t *testing.T, wgDir string) []byte {
 		}
 	}
 	if !replaced {
-		t.Fatalf("%s: no Secret volume (the wg-quick file)", sidecarManifest)
+		t.Fatalf("%s: no Secret volume (the wg-quick file)", kubeManifestFile)
 	}
 	var b strings.Builder
 	enc := yaml.NewEncoder(&b)
@@ -185,17 +185,17 @@ func (m kubeManifest) plainPod(t *testing.T, wgDir string) []byte {
 // containerNames are the pod's containers as podman names them (POD-NAME).
 func (m kubeManifest) containerNames(t *testing.T, pod string) (agent, app string) {
 	t.Helper()
-	inits, apps := list(m.pod, "initContainers"), list(m.pod, "containers")
+	inits, apps := kubeList(m.pod, "initContainers"), kubeList(m.pod, "containers")
 	if len(inits) != 1 || len(apps) != 1 {
-		t.Fatalf("%s: want one init container and one container", sidecarManifest)
+		t.Fatalf("%s: want one init container and one container", kubeManifestFile)
 	}
 	return pod + "-" + inits[0]["name"].(string), pod + "-" + apps[0]["name"].(string)
 }
 
-// buildImages builds the agent's image with the shipped Containerfile
+// buildKubeImages builds the agent's image with the shipped Containerfile
 // (context: the static binary) and the app's from busybox-static, under
 // the names the manifest uses.
-func (p *podman) buildImages(t *testing.T, agentBin, agentImage, appImage string) {
+func (p *podman) buildKubeImages(t *testing.T, agentBin, agentImage, appImage string) {
 	t.Helper()
 	root, err := moduleRoot()
 	if err != nil {
@@ -218,9 +218,9 @@ func (p *podman) buildImages(t *testing.T, agentBin, agentImage, appImage string
 	}
 }
 
-// nameNetns bind-mounts the namespace of process pid at /run/netns/name,
+// kubeNameNetns bind-mounts the namespace of process pid at /run/netns/name,
 // so the testbed's tools reach it by name; testbed.Remove(ID) unmounts it.
-func nameNetns(pid int, name string) error {
+func kubeNameNetns(pid int, name string) error {
 	path := names.Netns(name)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
 	if err != nil {
@@ -234,8 +234,8 @@ func nameNetns(pid int, name string) error {
 	return nil
 }
 
-// httpFrom gets url from namespace ns, returning the status code.
-func httpFrom(ns, url string) (int, string, error) {
+// kubeHTTP gets url from namespace ns, returning the status code.
+func kubeHTTP(ns, url string) (int, string, error) {
 	c := &http.Client{
 		Timeout: 3 * time.Second,
 		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -251,11 +251,11 @@ func httpFrom(ns, url string) (int, string, error) {
 	return resp.StatusCode, string(body), nil
 }
 
-// waitHTTP polls url from ns until it answers 200 or timeout passes.
-func waitHTTP(ns, url string, timeout time.Duration) (int, string, error) {
+// kubeWaitHTTP polls url from ns until it answers 200 or timeout passes.
+func kubeWaitHTTP(ns, url string, timeout time.Duration) (int, string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		code, body, err := httpFrom(ns, url)
+		code, body, err := kubeHTTP(ns, url)
 		if code == http.StatusOK || time.Now().After(deadline) {
 			return code, body, err
 		}
@@ -274,8 +274,8 @@ func TestSidecarKubePlay(t *testing.T) {
 	requireEnv(t)
 	pm := newPodman(t)
 	pm.withImages(t)
-	m := loadManifest(t)
-	bin := staticAgent(t, t.TempDir())
+	m := loadKubeManifest(t)
+	bin := kubeStaticAgent(t, t.TempDir())
 
 	// The capability this needs of the agent: sidecar mode. Until the
 	// agent has it, say so; any other refusal of the shipped config is a
@@ -286,13 +286,13 @@ func TestSidecarKubePlay(t *testing.T) {
 		if strings.Contains(string(out), "sidecar: unknown field") {
 			t.Skipf("this vpn-agent has no sidecar mode (issue 23): validate --static refuses the shipped config: %s", strings.TrimSpace(string(out)))
 		}
-		t.Fatalf("vpn-agent validate --static refuses the shipped config of %s: %v: %s", sidecarManifest, err, out)
+		t.Fatalf("vpn-agent validate --static refuses the shipped config of %s: %v: %s", kubeManifestFile, err, out)
 	}
 
-	apps := list(m.pod, "containers")
-	inits := list(m.pod, "initContainers")
+	apps := kubeList(m.pod, "containers")
+	inits := kubeList(m.pod, "initContainers")
 	agentCtr, appCtr := m.containerNames(t, m.name)
-	pm.buildImages(t, bin, inits[0]["image"].(string), apps[0]["image"].(string))
+	pm.buildKubeImages(t, bin, inits[0]["image"].(string), apps[0]["image"].(string))
 
 	tp := newTopo(t)
 	node := tp.Host
@@ -300,10 +300,10 @@ func TestSidecarKubePlay(t *testing.T) {
 	// The cluster resolver, a decoy on the node: it answers cluster names
 	// and also TargetName (with the decoy's answer), so a leaked lookup
 	// would show in the answer as well as in its log.
-	must(t, testbed.AddrUp(node, "lo", netip.PrefixFrom(sidecarCluster, 32)))
+	must(t, testbed.AddrUp(node, "lo", netip.PrefixFrom(kubeClusterDNS, 32)))
 	clusterDNS := tp.StartProcess(t, "cluster-dns", node, env.providerBin, &provider.Config{
-		DNS:  []string{netip.AddrPortFrom(sidecarCluster, 53).String()},
-		Zone: map[string][]string{clusterName: {clusterAnswer}, testbed.TargetName: {testbed.DecoyAnswer4.String()}},
+		DNS:  []string{netip.AddrPortFrom(kubeClusterDNS, 53).String()},
+		Zone: map[string][]string{kubeClusterName: {kubeClusterAnswer}, testbed.TargetName: {testbed.DecoyAnswer4.String()}},
 	})
 	wgDir := filepath.Join(tp.Dir, "wireguard")
 	must(t, os.Mkdir(wgDir, 0o700))
@@ -325,7 +325,7 @@ func TestSidecarKubePlay(t *testing.T) {
 		t.Errorf("podman pod rm: %v: %s", err, out)
 	})
 	if out, err := pm.cmd("kube", "play", "--network", "none", "--start=false", kube); err != nil {
-		t.Fatalf("podman kube play %s: %v: %s", sidecarManifest, err, out)
+		t.Fatalf("podman kube play %s: %v: %s", kubeManifestFile, err, out)
 	}
 	infra, err := pm.cmd("pod", "inspect", "--format", "{{.InfraContainerID}}", m.name)
 	if err != nil {
@@ -340,10 +340,10 @@ func TestSidecarKubePlay(t *testing.T) {
 	if err != nil || perr != nil || pid <= 0 {
 		t.Fatalf("the infra container's pid: %v %v: %s", err, perr, out)
 	}
-	must(t, nameNetns(pid, podNS))
-	must(t, testbed.AddVeth(testbed.End{NS: node, Name: sidecarNodeIf, Addrs: []netip.Prefix{sidecarNode}, NoIPv6: true},
-		testbed.End{NS: podNS, Name: sidecarPodIf, Addrs: []netip.Prefix{sidecarPod}, NoIPv6: true}))
-	must(t, testbed.AddRoute(podNS, netip.Prefix{}, sidecarNode.Addr()))
+	must(t, kubeNameNetns(pid, podNS))
+	must(t, testbed.AddVeth(testbed.End{NS: node, Name: kubeNodeIf, Addrs: []netip.Prefix{kubeNodeAddr}, NoIPv6: true},
+		testbed.End{NS: podNS, Name: kubePodIf, Addrs: []netip.Prefix{kubePodAddr}, NoIPv6: true}))
+	must(t, testbed.AddRoute(podNS, netip.Prefix{}, kubeNodeAddr.Addr()))
 	if out, err := pm.cmd("pod", "start", m.name); err != nil {
 		t.Fatalf("podman pod start: %v: %s", err, out)
 	}
@@ -351,9 +351,9 @@ func TestSidecarKubePlay(t *testing.T) {
 		out, _ := pm.cmd("logs", agentCtr)
 		return out
 	}
-	metrics := "http://" + netip.AddrPortFrom(sidecarPod.Addr(), 9586).String()
+	metrics := "http://" + netip.AddrPortFrom(kubePodAddr.Addr(), 9586).String()
 	// The startup probe: the kubelet's view, from the node.
-	if code, body, err := waitHTTP(node, metrics+"/readyz", 60*time.Second); code != http.StatusOK {
+	if code, body, err := kubeWaitHTTP(node, metrics+"/readyz", 60*time.Second); code != http.StatusOK {
 		t.Fatalf("/readyz from the node: %d %q %v; the agent container's log:\n%s", code, body, err, logs())
 	}
 
@@ -365,7 +365,7 @@ func TestSidecarKubePlay(t *testing.T) {
 
 	t.Run("probes", func(t *testing.T) {
 		for _, p := range []string{"/healthz", "/readyz"} {
-			if code, body, err := httpFrom(node, metrics+p); code != http.StatusOK {
+			if code, body, err := kubeHTTP(node, metrics+p); code != http.StatusOK {
 				t.Errorf("%s from the node: %d %q %v", p, code, body, err)
 			}
 		}
@@ -398,13 +398,15 @@ func TestSidecarKubePlay(t *testing.T) {
 
 	t.Run("cluster DNS", func(t *testing.T) {
 		mark := clusterDNS.Mark()
-		if out := app("nslookup -timeout=2 -retry=1 " + clusterName + " 127.0.0.1"); !strings.Contains(out, clusterAnswer) {
-			t.Errorf("the app's lookup of %s is not the cluster resolver's answer: %q", clusterName, out)
+		if out := app("nslookup -timeout=2 -retry=1 " + kubeClusterName + " 127.0.0.1"); !strings.Contains(out, kubeClusterAnswer) {
+			t.Errorf("the app's lookup of %s is not the cluster resolver's answer: %q", kubeClusterName, out)
 		}
 		app(lookupScript("127.0.0.1"))
 		hits := harness.Hits(t, clusterDNS, mark)
-		if !slices.ContainsFunc(hits, func(e provider.Event) bool { return e.Kind == provider.EvDNS && strings.Contains(e.Name, clusterName) }) {
-			t.Errorf("the cluster resolver did not log %s:\n%s", clusterName, harness.DumpEvents(hits))
+		if !slices.ContainsFunc(hits, func(e provider.Event) bool {
+			return e.Kind == provider.EvDNS && strings.Contains(e.Name, kubeClusterName)
+		}) {
+			t.Errorf("the cluster resolver did not log %s:\n%s", kubeClusterName, harness.DumpEvents(hits))
 		}
 		if slices.ContainsFunc(hits, func(e provider.Event) bool { return strings.Contains(e.Name, testbed.TargetName) }) {
 			t.Errorf("LEAK: the cluster resolver saw %s, an internet name:\n%s", testbed.TargetName, harness.DumpEvents(hits))
@@ -466,7 +468,7 @@ func TestSidecarKubePlay(t *testing.T) {
 		if out, err := pm.cmd("start", agentCtr); err != nil {
 			t.Fatalf("podman start %s: %v: %s", agentCtr, err, out)
 		}
-		if code, body, err := waitHTTP(node, metrics+"/readyz", 60*time.Second); code != http.StatusOK {
+		if code, body, err := kubeWaitHTTP(node, metrics+"/readyz", 60*time.Second); code != http.StatusOK {
 			t.Fatalf("after the restart /readyz from the node: %d %q %v; agent log:\n%s", code, body, err, logs())
 		}
 		m = harness.Marker("sidecar-again")
