@@ -44,6 +44,8 @@ import (
 //   - a Secret's defaultMode: it mounts Secret files 0644, which the agent
 //     refuses for a key, so the wg-quick file comes from a hostPath of a
 //     0600 file instead;
+//   - cgroup v2 on a machine that mounts v1 and v2 side by side: the agent
+//     container gets the host's v2 hierarchy read-only (plainPod says why);
 //   - a pod in a given namespace (`--network ns:` is refused for pods): the
 //     pod gets --network none and, before its containers start, the test
 //     names the infra container's namespace under the topology's ID and
@@ -170,6 +172,20 @@ func (m kubeManifest) plainPod(t *testing.T, wgDir string) []byte {
 	}
 	if !replaced {
 		t.Fatalf("%s: no Secret volume (the wg-quick file)", kubeManifestFile)
+	}
+	// The agent tells its sockets by their cgroup v2. On a machine with
+	// cgroup v1 and v2 side by side (v2 at /sys/fs/cgroup/unified), runc
+	// puts the containers in v2 cgroups of their own but podman mounts
+	// only the v1 hierarchies in them: the agent gets the host's v2
+	// hierarchy read-only. (Kubernetes and Docker on a cgroup v2 node
+	// mount it themselves.)
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		const unified = "/sys/fs/cgroup/unified"
+		if _, err := os.Stat(unified + "/cgroup.controllers"); err != nil {
+			t.Skip("no cgroup v2 hierarchy (sidecar mode matches the agent's sockets by cgroup v2)")
+		}
+		m.pod["volumes"] = append(m.pod["volumes"].([]any), map[string]any{"name": "cgroup2", "hostPath": map[string]any{"path": unified, "type": "Directory"}})
+		agent["volumeMounts"] = append(agent["volumeMounts"].([]any), map[string]any{"name": "cgroup2", "mountPath": unified, "readOnly": true})
 	}
 	var b strings.Builder
 	enc := yaml.NewEncoder(&b)
@@ -363,11 +379,14 @@ func TestSidecarKubePlay(t *testing.T) {
 	}
 	tunnelEcho := func(m []byte) string { return app(echoScript(testbed.ProvTunnel4.String(), m)) }
 
+	// The liveness probe: /healthz may fail until the first handshake
+	// (the manifest's livenessProbe allows 3 x 10 s).
 	t.Run("probes", func(t *testing.T) {
-		for _, p := range []string{"/healthz", "/readyz"} {
-			if code, body, err := kubeHTTP(node, metrics+p); code != http.StatusOK {
-				t.Errorf("%s from the node: %d %q %v", p, code, body, err)
-			}
+		if code, body, err := kubeWaitHTTP(node, metrics+"/healthz", 30*time.Second); code != http.StatusOK {
+			t.Errorf("/healthz from the node: %d %q %v", code, body, err)
+		}
+		if code, body, err := kubeHTTP(node, metrics+"/readyz"); code != http.StatusOK {
+			t.Errorf("/readyz from the node: %d %q %v", code, body, err)
 		}
 	})
 
