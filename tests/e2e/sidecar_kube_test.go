@@ -378,6 +378,16 @@ func TestSidecarKubePlay(t *testing.T) {
 		return out
 	}
 	tunnelEcho := func(m []byte) string { return app(echoScript(testbed.ProvTunnel4.String(), m)) }
+	// tunnelWithin retries the app's echo through the tunnel (the first
+	// handshake) and reports whether m came back.
+	tunnelWithin := func(m []byte, within time.Duration) (string, bool) {
+		var out string
+		for deadline := time.Now().Add(within); ; time.Sleep(500 * time.Millisecond) {
+			if out = tunnelEcho(m); strings.Contains(out, string(m)) || time.Now().After(deadline) {
+				return out, strings.Contains(out, string(m))
+			}
+		}
+	}
 
 	// The liveness probe: /healthz may fail until the first handshake
 	// (the manifest's livenessProbe allows 3 x 10 s).
@@ -393,13 +403,7 @@ func TestSidecarKubePlay(t *testing.T) {
 	t.Run("through the tunnel", func(t *testing.T) {
 		up := observe.Start(t, node, testbed.HostUplinkIf, nil)
 		secret := harness.Marker("sidecar-tunnel")
-		var out string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			if out = tunnelEcho(secret); strings.Contains(out, string(secret)) {
-				break
-			}
-		}
-		if !strings.Contains(out, string(secret)) {
+		if out, ok := tunnelWithin(secret, 10*time.Second); !ok {
 			t.Fatalf("the app does not reach the provider's echo through the tunnel: %q\nagent log:\n%s", out, logs())
 		}
 		mark := tp.Provider.Mark()
@@ -491,13 +495,7 @@ func TestSidecarKubePlay(t *testing.T) {
 			t.Fatalf("after the restart /readyz from the node: %d %q %v; agent log:\n%s", code, body, err, logs())
 		}
 		m = harness.Marker("sidecar-again")
-		var out string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			if out = tunnelEcho(m); strings.Contains(out, string(m)) {
-				break
-			}
-		}
-		if !strings.Contains(out, string(m)) {
+		if out, ok := tunnelWithin(m, 10*time.Second); !ok {
 			t.Errorf("after the restart the app does not reach the tunnel (no convergence): %q\nagent log:\n%s", out, logs())
 		}
 	})
