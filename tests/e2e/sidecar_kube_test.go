@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -397,6 +398,15 @@ func TestSidecarKubePlay(t *testing.T) {
 		}
 		if code, body, err := kubeHTTP(node, metrics+"/readyz"); code != http.StatusOK {
 			t.Errorf("/readyz from the node: %d %q %v", code, body, err)
+		}
+		// The compose example's healthcheck: status in the agent's own
+		// container (exit 0: healthy).
+		var cfg struct {
+			Name string `json:"name"`
+		}
+		must(t, json.Unmarshal([]byte(m.cfg), &cfg))
+		if out, err := pm.cmd("exec", agentCtr, "/usr/bin/vpn-agent", "status", cfg.Name); err != nil {
+			t.Errorf("vpn-agent status %s in the agent's container: %v: %s", cfg.Name, err, out)
 		}
 	})
 
