@@ -194,6 +194,10 @@ let
           };
       metrics = clean { inherit (ns.metrics) listen; };
       memory = clean { inherit (ns.memory) packetBuffers; };
+      # No `sidecar` (issue 23) on purpose: sidecar mode confines the
+      # network namespace the agent itself runs in, a Kubernetes pod's or a
+      # compose service's (dist/kubernetes, dist/compose), never a NixOS
+      # host's named namespace; the generated config never sets it.
       openPorts = map (p: { inherit (p) port protocol; }) ns.openPorts;
       portForwarding = if ns.portForwarding.enable then portForwardingJSON ns.portForwarding else null;
       hostLink =

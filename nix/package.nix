@@ -29,7 +29,7 @@ buildGoModule {
     fileset = import ./source.nix { inherit lib; };
   };
 
-  vendorHash = "sha256-oxf12kJYWnVoIljtJpvKfvjCdAKSoh0FL0hChfaV+Fo=";
+  vendorHash = "sha256-ZHx5JbPDzmMhn60aLVWGlyIjFQzhu926ZbiGZtOeGTw=";
 
   subPackages = [ "agent/cmd/${program}" ];
 

@@ -103,17 +103,9 @@ const (
 )
 
 func outputChain(s *config.Spec) []Chain {
-	tun := s.Interface
-	rules := []Rule{
-		{
-			Exprs:   []Expr{Iface{Out: true, Name: tun}, Goto{chainOutTunnel}},
-			Comment: "the tunnel: checked in out_tunnel, with one interface test for the bulk of the traffic",
-		},
-		{
-			Exprs:   []Expr{Iface{Out: true, Name: "lo"}, Accept},
-			Comment: "loopback stays inside the namespace",
-		},
-	}
+	rules := tunnelThenLoopback(true, s.Interface,
+		"the tunnel: checked in out_tunnel, with one interface test for the bulk of the traffic",
+		"loopback stays inside the namespace")
 	rules = append(rules, blockIPv6(s, CounterOutIPv6, "IPv6 is blocked: no IPv6 packet may leave by any interface")...)
 	for _, p := range []Proto{UDP, TCP} {
 		// Rejected, not silently dropped: the packet never leaves, and the
@@ -185,19 +177,27 @@ func outDNSChain(s *config.Spec) Chain {
 			Comment: "DNS to the configured IPv6 resolvers, through the tunnel",
 		})
 	}
-	rules = append(rules,
-		Rule{
-			Exprs:   []Expr{L4Proto{TCP}, CounterRef{CounterOutDNS}, Reject{TCPReset: true}},
-			Comment: "tcp DNS to any other resolver would leak lookups: count and refuse",
-		},
-		Rule{
-			Exprs:   []Expr{CounterRef{CounterOutDNS}, Reject{}},
-			Comment: "udp DNS to any other resolver would leak lookups: count and refuse",
-		})
+	rules = append(rules, refuse(CounterOutDNS,
+		"tcp DNS to any other resolver would leak lookups: count and refuse",
+		"udp DNS to any other resolver would leak lookups: count and refuse")...)
 	return Chain{
 		Name:    chainOutDNS,
 		Comment: "DNS leaving through the tunnel: only to the configured resolvers",
 		Rules:   rules,
+	}
+}
+
+// tunnelThenLoopback are the first rules of the output (out) or input base
+// chain: the tunnel's packets go to a chain of their own with one interface
+// test, then loopback is accepted.
+func tunnelThenLoopback(out bool, tun, tunWhy, loWhy string) []Rule {
+	chain := chainInTunnel
+	if out {
+		chain = chainOutTunnel
+	}
+	return []Rule{
+		{Exprs: []Expr{Iface{Out: out, Name: tun}, Goto{chain}}, Comment: tunWhy},
+		{Exprs: []Expr{Iface{Out: out, Name: "lo"}, Accept}, Comment: loWhy},
 	}
 }
 
@@ -212,30 +212,26 @@ func blockIPv6(s *config.Spec, counter, comment string) []Rule {
 
 // rejectRest ends the output chain: whatever is left would bypass the tunnel.
 func rejectRest() []Rule {
+	return refuse(CounterOutReject,
+		"anything else would bypass the tunnel: count and reset so apps fail fast",
+		"anything else would bypass the tunnel: count and reject so apps fail fast")
+}
+
+// refuse counts what reaches it into counter and refuses it: TCP with a
+// reset, the rest with ICMP administratively prohibited, so the sender
+// fails at once instead of waiting.
+func refuse(counter, tcpWhy, otherWhy string) []Rule {
 	return []Rule{
-		{
-			Exprs:   []Expr{L4Proto{TCP}, CounterRef{CounterOutReject}, Reject{TCPReset: true}},
-			Comment: "anything else would bypass the tunnel: count and reset so apps fail fast",
-		},
-		{
-			Exprs:   []Expr{CounterRef{CounterOutReject}, Reject{}},
-			Comment: "anything else would bypass the tunnel: count and reject so apps fail fast",
-		},
+		{Exprs: []Expr{L4Proto{TCP}, CounterRef{counter}, Reject{TCPReset: true}}, Comment: tcpWhy},
+		{Exprs: []Expr{CounterRef{counter}, Reject{}}, Comment: otherWhy},
 	}
 }
 
 func inputChain(s *config.Spec) []Chain {
 	tunName := s.Interface
-	rules := []Rule{
-		{
-			Exprs:   []Expr{Iface{Name: tunName}, Goto{chainInTunnel}},
-			Comment: "the tunnel: checked in in_tunnel, with one interface test for the bulk of the traffic",
-		},
-		{
-			Exprs:   []Expr{Iface{Name: "lo"}, Accept},
-			Comment: "loopback stays inside the namespace",
-		},
-	}
+	rules := tunnelThenLoopback(false, tunName,
+		"the tunnel: checked in in_tunnel, with one interface test for the bulk of the traffic",
+		"loopback stays inside the namespace")
 	rules = append(rules, blockIPv6(s, CounterInIPv6, "IPv6 is blocked: no IPv6 packet may arrive by any interface")...)
 	rules = append(rules, Rule{
 		Exprs:   []Expr{Iface{Not: true, Name: tunName}, Addr{Set: "tunnel4"}, CounterRef{CounterInSpoof}, Drop},

@@ -186,20 +186,13 @@ func sidecarOutput(s *config.Spec) Chain {
 	return Chain{
 		Name: "output", Type: ChainFilter, Hook: HookOutput, Priority: PriorityFilter, Policy: PolicyDrop,
 		Comment: "what the namespace may send: the tunnel, loopback, and on the pod's interfaces what out_pod allows",
-		Rules: []Rule{
-			{
-				Exprs:   []Expr{Iface{Out: true, Name: s.Interface}, Goto{chainOutTunnel}},
-				Comment: "the tunnel: checked in out_tunnel, as in host mode",
-			},
-			{
-				Exprs:   []Expr{Iface{Out: true, Name: "lo"}, Accept},
-				Comment: "loopback stays inside the namespace (the app asks the agent's DNS forwarder on 127.0.0.1:53)",
-			},
-			{
+		Rules: append(tunnelThenLoopback(true, s.Interface,
+			"the tunnel: checked in out_tunnel, as in host mode",
+			"loopback stays inside the namespace (the app asks the agent's DNS forwarder on 127.0.0.1:53)"),
+			Rule{
 				Exprs:   []Expr{Goto{chainOutPod}},
 				Comment: "every other interface is the pod's side (eth0 and any that appears later): checked in out_pod",
-			},
-		},
+			}),
 	}
 }
 
@@ -262,15 +255,9 @@ func sidecarOutAgent(s *config.Spec) Chain {
 			})
 		}
 	}
-	rules = append(rules,
-		Rule{
-			Exprs:   []Expr{L4Proto{TCP}, CounterRef{CounterOutReject}, Reject{TCPReset: true}},
-			Comment: "the agent sends nothing else by the pod's interface: count and reset",
-		},
-		Rule{
-			Exprs:   []Expr{CounterRef{CounterOutReject}, Reject{}},
-			Comment: "the agent sends nothing else by the pod's interface: count and reject",
-		})
+	rules = append(rules, refuse(CounterOutReject,
+		"the agent sends nothing else by the pod's interface: count and reset",
+		"the agent sends nothing else by the pod's interface: count and reject")...)
 	return Chain{
 		Name:    chainOutAgent,
 		Comment: "packets of the agent's own sockets leaving by the pod's interfaces",
@@ -279,16 +266,10 @@ func sidecarOutAgent(s *config.Spec) Chain {
 }
 
 func sidecarInput(s *config.Spec) []Chain {
-	tun := s.Interface
-	rules := []Rule{
-		{
-			Exprs:   []Expr{Iface{Name: tun}, Goto{chainInTunnel}},
-			Comment: "the tunnel: checked in in_tunnel, as in host mode",
-		},
-		{
-			Exprs:   []Expr{Iface{Name: "lo"}, Accept},
-			Comment: "loopback stays inside the namespace",
-		},
+	head := tunnelThenLoopback(false, s.Interface,
+		"the tunnel: checked in in_tunnel, as in host mode",
+		"loopback stays inside the namespace")
+	pod := []Rule{
 		{
 			Exprs:   []Expr{NFProto{V6: true}, CounterRef{CounterInIPv6}, Drop},
 			Comment: "no IPv6 arrives by the pod's interface: endpoints and allowedSubnets are IPv4",
@@ -317,7 +298,7 @@ func sidecarInput(s *config.Spec) []Chain {
 	return []Chain{{
 		Name: "input", Type: ChainFilter, Hook: HookInput, Priority: PriorityFilter, Policy: PolicyDrop,
 		Comment: "what may reach the namespace: replies, open ports via the tunnel, the metrics port from allowedSubnets",
-		Rules:   rules,
+		Rules:   slices.Concat(head, pod),
 	}}
 }
 

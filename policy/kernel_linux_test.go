@@ -19,6 +19,13 @@ func allRulesets() map[string]*policy.Ruleset {
 			out[tc.name+"/host"] = h
 		}
 	}
+	for name, a := range map[string]policy.AgentSocket{"sidecar": sidecarAgent, "sidecar-level-unknown": {CgroupID: sidecarAgent.CgroupID}} {
+		r, err := policy.CompileSidecar(sidecarSpec(), a, sidecarEndpoints)
+		if err != nil {
+			panic(err)
+		}
+		out[name] = r
+	}
 	return out
 }
 
@@ -137,6 +144,9 @@ func TestRenderEquivalentToApply(t *testing.T) {
 	requireKernel(t)
 	for name, r := range allRulesets() {
 		t.Run(name, func(t *testing.T) {
+			if strings.HasPrefix(name, "sidecar") {
+				t.Skip("nft 1.0 parses a cgroupv2 match only as a path: TestSidecarRenderMatchesApply loads this text with the path")
+			}
 			nsText, pathText := newNS(t)
 			nsNL, pathNL := newNS(t)
 			nftLoad(t, nsText, r.Render())

@@ -412,4 +412,27 @@ func TestSidecarRenderMatchesApply(t *testing.T) {
 	if err != nil || st.Verify(r) != nil {
 		t.Errorf("table loaded from Render() does not verify: %v %v", err, st.Verify(r))
 	}
+
+	// Tampering with the agent match is detected: the same rule widened to
+	// the parent cgroup, which holds the app too.
+	var h uint64
+	for _, c := range st.Chains {
+		if c.Name == "out_pod" {
+			for _, rule := range c.Rules {
+				if strings.Contains(rule.Comment, "agent's own sockets") {
+					h = rule.Handle
+				}
+			}
+		}
+	}
+	parent, _ := filepath.Rel("/sys/fs/cgroup", filepath.Dir(b.agentCg))
+	run(t, "nsenter", "--net="+textPath, "nft", "replace", "rule", "inet", r.Name, "out_pod", "handle", strconv.FormatUint(h, 10),
+		"socket", "cgroupv2", "level", "1", strconv.Quote(parent), "goto", "out_agent",
+		"comment", strconv.Quote(r.Chain("out_pod").Rules[2].Comment))
+	if st, err = policy.Inspect(textPath, r.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Verify(r); err == nil || !strings.Contains(err.Error(), "modified") {
+		t.Errorf("the agent match widened to the parent cgroup: Verify says %v", err)
+	}
 }

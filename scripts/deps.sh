@@ -20,8 +20,9 @@ have qbittorrent-nox     || need+=(qbittorrent-nox)
 # promtool checks the metrics exposition; prometheus scrapes the agent in e2e.
 { have promtool && have prometheus; } || need+=(prometheus)
 have nix-instantiate || need+=(nix-bin)
-# tests/e2e/podman_test.go: Debian's podman with runc (crun refuses the CI
-# machines' cgroup setup), and a static busybox for its offline image.
+# tests/e2e/podman_test.go and the leak matrix's container states: Debian's
+# podman with runc (crun refuses the CI machines' cgroup setup), and a
+# static busybox for their offline container roots.
 have podman || need+=(podman)
 have runc   || need+=(runc)
 have catatonit || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)

@@ -225,6 +225,15 @@ func TestBadInput(t *testing.T) {
 		m["hostLink"] = h
 		return h
 	}
+	sidecar := func(m map[string]any) map[string]any {
+		v := map[string]any{}
+		m["sidecar"] = v
+		return v
+	}
+	clusterDNS := func(m map[string]any, allowed string, dns map[string]any) {
+		v := sidecar(m)
+		v["allowedSubnets"], v["clusterDNS"] = []any{allowed}, dns
+	}
 	for _, tc := range []struct {
 		name, field string
 		m           mut
@@ -301,6 +310,28 @@ func TestBadInput(t *testing.T) {
 		{"mapping on wireguard port", "hostLink.portMappings[0].from", func(m map[string]any) {
 			wg(m)["listenPort"] = 51820
 			hostLink(m)["portMappings"] = []any{map[string]any{"from": 51820, "to": 80, "protocol": "udp"}}
+		}},
+		{"sidecar with a host link", "hostLink.enable", func(m map[string]any) { sidecar(m); hostLink(m) }},
+		{"sidecar with the kernel backend", "backend", func(m map[string]any) { sidecar(m); m["backend"] = "kernel" }},
+		{"sidecar default route", "sidecar.allowedSubnets[1]", func(m map[string]any) {
+			sidecar(m)["allowedSubnets"] = []any{"10.42.0.0/16", "0.0.0.0/0"}
+		}},
+		{"sidecar ipv6 default route", "sidecar.allowedSubnets[0]", func(m map[string]any) { sidecar(m)["allowedSubnets"] = []any{"::/0"} }},
+		{"sidecar ipv6 subnet", "sidecar.allowedSubnets[0]", func(m map[string]any) { sidecar(m)["allowedSubnets"] = []any{"fd00::/8"} }},
+		{"sidecar subnet not a cidr", "sidecar.allowedSubnets[0]", func(m map[string]any) { sidecar(m)["allowedSubnets"] = []any{"cluster"} }},
+		{"sidecar subnet holds the endpoint", "sidecar.allowedSubnets[0]", func(m map[string]any) { sidecar(m)["allowedSubnets"] = []any{"198.51.100.0/24"} }},
+		{"sidecar subnet holds the tunnel", "sidecar.allowedSubnets[0]", func(m map[string]any) { sidecar(m)["allowedSubnets"] = []any{"10.0.0.0/8"} }},
+		{"sidecar cluster dns outside allowedSubnets", "sidecar.clusterDNS.server", func(m map[string]any) {
+			clusterDNS(m, "10.42.0.0/16", map[string]any{"server": "10.43.0.10", "domains": []any{"cluster.local"}})
+		}},
+		{"sidecar cluster dns not an address", "sidecar.clusterDNS.server", func(m map[string]any) {
+			clusterDNS(m, "10.42.0.0/16", map[string]any{"server": "kube-dns", "domains": []any{"cluster.local"}})
+		}},
+		{"sidecar cluster dns without domains", "sidecar.clusterDNS.domains", func(m map[string]any) {
+			clusterDNS(m, "10.43.0.0/16", map[string]any{"server": "10.43.0.10"})
+		}},
+		{"sidecar cluster dns bad domain", "sidecar.clusterDNS.domains[1]", func(m map[string]any) {
+			clusterDNS(m, "10.43.0.0/16", map[string]any{"server": "10.43.0.10", "domains": []any{"cluster.local", "-bad..name"}})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,21 +36,11 @@ type fakeDNS struct {
 func newFake(t testing.TB, answer func(raw []byte, tcp bool) []byte) *fakeDNS {
 	t.Helper()
 	f := &fakeDNS{answer: answer}
-	var udp *net.UDPConn
-	var tcp *net.TCPListener
-	for {
-		var err error
-		udp, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.addr = udp.LocalAddr().(*net.UDPAddr).AddrPort()
-		tcp, err = net.ListenTCP("tcp", net.TCPAddrFromAddrPort(f.addr))
-		if err == nil {
-			break
-		}
-		udp.Close()
+	udp, tcp, err := bind(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	f.addr = udp.LocalAddr().(*net.UDPAddr).AddrPort()
 	t.Cleanup(func() { udp.Close(); tcp.Close() })
 	go func() {
 		buf := make([]byte, 65535)
@@ -97,6 +87,25 @@ func newFake(t testing.TB, answer func(raw []byte, tcp bool) []byte) *fakeDNS {
 		}
 	}()
 	return f
+}
+
+// setAnswer, setSpoof and setUnder change the fake while it serves.
+func (f *fakeDNS) setAnswer(fn func(raw []byte, tcp bool) []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answer = fn
+}
+
+func (f *fakeDNS) setSpoof(fn func(raw []byte) [][]byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.spoof = fn
+}
+
+func (f *fakeDNS) setUnder(domain string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.under = domain
 }
 
 func (f *fakeDNS) see(raw []byte, tcp bool) []byte {

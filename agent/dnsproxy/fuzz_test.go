@@ -45,7 +45,7 @@ func FuzzQuery(f *testing.F) {
 	f.Add([]byte{1, 2, 3}, true)
 
 	decoy := newFake(f, answerA(decoyA))
-	decoy.under = "cluster.local"
+	decoy.setUnder("cluster.local")
 	tun := newFake(f, answerA(tunnelA))
 	r := newResolvers(f)
 	r.set(r.add("192.0.2.1", tun))

@@ -112,7 +112,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	for _, d := range cfg.ClusterDomains {
 		c := dns.CanonicalName(d)
-		if n, ok := dns.IsDomainName(c); !ok || n == 0 {
+		if _, ok := dns.IsDomainName(c); !ok || c == "." {
 			return nil, fmt.Errorf("dnsproxy: cluster domain %q is not a domain name below the root", d)
 		}
 		p.domains = append(p.domains, c)

@@ -40,7 +40,7 @@ func newRig(t *testing.T, timeout time.Duration, log *slog.Logger) *rig {
 		tunB:  newFake(t, answerA(tunnelB)),
 		r:     newResolvers(t),
 	}
-	g.decoy.under = "cluster.local"
+	g.decoy.setUnder("cluster.local")
 	g.ipA = g.r.add("192.0.2.1", g.tunA)
 	g.ipB = g.r.add("192.0.2.2", g.tunB)
 	g.r.set(g.ipA)
@@ -302,21 +302,27 @@ func TestFailover(t *testing.T) {
 	}
 }
 
+// packed is m's wire form, for the fakes' goroutines (no t.Fatal there).
+func packed(m *dns.Msg) []byte {
+	b, _ := m.Pack()
+	return b
+}
+
 func TestIgnoresOtherAnswers(t *testing.T) {
 	g := newRig(t, time.Second, nil)
-	g.tunA.spoof = func(raw []byte) [][]byte {
+	g.tunA.setSpoof(func(raw []byte) [][]byte {
 		req := new(dns.Msg)
 		if req.Unpack(raw) != nil {
 			return nil
 		}
-		wrongID := pack(t, new(dns.Msg).SetReply(req))
+		wrongID := packed(new(dns.Msg).SetReply(req))
 		wrongID[0] ^= 0xff
 		wrongName := req.Copy()
 		wrongName.Question[0].Name = "evil.example."
 		wrongType := req.Copy()
 		wrongType.Question[0].Qtype = dns.TypeAAAA
-		return [][]byte{wrongID, pack(t, new(dns.Msg).SetReply(wrongName)), pack(t, new(dns.Msg).SetReply(wrongType)), raw, {1, 2, 3}}
-	}
+		return [][]byte{wrongID, packed(new(dns.Msg).SetReply(wrongName)), packed(new(dns.Msg).SetReply(wrongType)), raw, {1, 2, 3}}
+	})
 	if a, resp := g.ask(t, "udp", "example.com."); a != tunnelA {
 		t.Errorf("answer %v, want the resolver's real answer %s", resp, tunnelA)
 	}
@@ -346,7 +352,7 @@ func bigAnswer(raw []byte, tcp bool) []byte {
 
 func TestTruncation(t *testing.T) {
 	g := newRig(t, time.Second, nil)
-	g.tunA.answer = bigAnswer
+	g.tunA.setAnswer(bigAnswer)
 	check := func(name, network string, edns uint16, wantAnswers int, wantTC bool, wantNets []string) {
 		t.Helper()
 		before := len(must(g.tunA.seen()))
@@ -375,8 +381,8 @@ func must(names, _, _ []string) []string { return names }
 
 func TestTimeoutIsServfail(t *testing.T) {
 	g := newRig(t, 200*time.Millisecond, nil)
-	g.tunA.answer = nil
-	g.decoy.answer = nil
+	g.tunA.setAnswer(nil)
+	g.decoy.setAnswer(nil)
 	start := time.Now()
 	for _, n := range []string{"example.com.", "web.default.svc.cluster.local."} {
 		if _, resp := g.ask(t, "udp", n); resp.Rcode != dns.RcodeServerFailure || len(resp.Question) != 1 || resp.Question[0].Name != n {
@@ -411,10 +417,10 @@ func TestConcurrencyBound(t *testing.T) {
 		}
 	})
 	answer := answerA(tunnelA)
-	g.tunA.answer = func(raw []byte, tcp bool) []byte {
+	g.tunA.setAnswer(func(raw []byte, tcp bool) []byte {
 		<-release
 		return answer(raw, tcp)
-	}
+	})
 	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(g.addr))
 	if err != nil {
 		t.Fatal(err)
@@ -476,7 +482,7 @@ func TestConcurrencyBound(t *testing.T) {
 
 func TestCloseStopsAndUnbinds(t *testing.T) {
 	g := newRig(t, 30*time.Second, nil)
-	g.tunA.answer = nil // holds the query for the whole timeout
+	g.tunA.setAnswer(nil) // holds the query for the whole timeout
 	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(g.addr))
 	if err != nil {
 		t.Fatal(err)
@@ -535,7 +541,7 @@ func TestNoNamesAtInfo(t *testing.T) {
 		g := newRig(t, 100*time.Millisecond, log)
 		g.ask(t, "udp", "secret-one.example.")
 		g.ask(t, "udp", "secret-two.svc.cluster.local.")
-		g.tunA.answer = nil
+		g.tunA.setAnswer(nil)
 		g.ask(t, "udp", "secret-three.example.")
 		g.p.Close()
 		got := strings.Count(buf.String(), "secret-")
@@ -543,5 +549,80 @@ func TestNoNamesAtInfo(t *testing.T) {
 		if (level == slog.LevelInfo) != (got == 0) {
 			t.Errorf("at %v the log names queries %d times:\n%s", level, got, buf.String())
 		}
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	up := func() []netip.Addr { return nil }
+	server := netip.MustParseAddrPort("10.43.0.10:53")
+	for name, cfg := range map[string]Config{
+		"a host name to listen on":   {Listen: "localhost:53", Upstreams: up},
+		"no port to listen on":       {Listen: "127.0.0.1", Upstreams: up},
+		"no upstreams":               {Listen: "127.0.0.1:53"},
+		"a negative timeout":         {Listen: "127.0.0.1:53", Upstreams: up, Timeout: -time.Second},
+		"the root as cluster domain": {Listen: "127.0.0.1:53", Upstreams: up, ClusterServer: server, ClusterDomains: []string{"."}},
+		"an empty cluster domain":    {Listen: "127.0.0.1:53", Upstreams: up, ClusterServer: server, ClusterDomains: []string{""}},
+		"a cluster domain label of 64 bytes": {Listen: "127.0.0.1:53", Upstreams: up, ClusterServer: server,
+			ClusterDomains: []string{strings.Repeat("a", 64) + ".local"}},
+		"domains without a server":  {Listen: "127.0.0.1:53", Upstreams: up, ClusterDomains: []string{"cluster.local"}},
+		"a server without domains":  {Listen: "127.0.0.1:53", Upstreams: up, ClusterServer: server},
+		"a server without its port": {Listen: "127.0.0.1:53", Upstreams: up, ClusterServer: netip.AddrPortFrom(server.Addr(), 0), ClusterDomains: []string{"cluster.local"}},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+	// The positive control: the sidecar's configuration.
+	if _, err := New(Config{Listen: "127.0.0.1:53", Upstreams: up, ClusterServer: server, ClusterDomains: []string{"cluster.local", "43.10.in-addr.arpa"}}); err != nil {
+		t.Errorf("the sidecar's configuration: %v", err)
+	}
+}
+
+func TestTCPConnectionBound(t *testing.T) {
+	g := newRig(t, time.Second, nil)
+	var conns []*dns.Conn
+	for range MaxTCPConns {
+		c, err := net.Dial("tcp", g.addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, &dns.Conn{Conn: c})
+	}
+	// Each is served: a query on each in turn is answered.
+	for i, co := range conns {
+		m := question("example.com.", dns.TypeA)
+		if err := co.WriteMsg(m); err != nil {
+			t.Fatal(err)
+		}
+		co.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if resp, err := co.ReadMsg(); err != nil || resp.Id != m.Id {
+			t.Fatalf("connection %d: %v %v", i, resp, err)
+		}
+	}
+	extra, err := net.Dial("tcp", g.addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	co := &dns.Conn{Conn: extra}
+	co.WriteMsg(question("example.com.", dns.TypeA))
+	co.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp, err := co.ReadMsg(); err == nil {
+		t.Fatalf("connection %d beyond the bound was answered: %v", MaxTCPConns+1, resp)
+	}
+	if s := g.p.Stats(); s.Busy != 1 || s.Tunnel != MaxTCPConns {
+		t.Errorf("stats %+v, want Busy 1 and %d tunnel queries", s, MaxTCPConns)
+	}
+	// Closing one makes room again.
+	conns[0].Close()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := query(g.addr, "tcp", question("again.example.", dns.TypeA)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no room after a connection closed")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

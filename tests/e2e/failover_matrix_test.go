@@ -31,6 +31,7 @@ func (mx *matrix) runPool(t *testing.T) {
 	s.run(t)
 	s.mustTunnel(t, 5*time.Second, "after READY=1")
 	mx.setBackend(s.backend)
+	mx.startContainers(s, false)
 
 	// F: failing over. The tunnel rows (the first provider's services)
 	// may or may not answer during the switch: no claim either way; the
@@ -95,6 +96,9 @@ func (mx *matrix) runPool(t *testing.T) {
 		mx.note("state F: the active provider killed under back-to-back probe rounds; status degraded after %v, healthy on the second server after %v (%d rounds, all judged)",
 			degraded.Round(100*time.Millisecond), switched.Round(100*time.Millisecond), w.rounds)
 	})
+	// The container after the switch: the tunnel rows' first provider
+	// is dead (no claim); the second server is the positive control.
+	mx.ctrState(s, stateSpec{col: "F"}, mx.ctrAfterFailover(s))
 
 	// D: every server dead.
 	mx.state(s, stateSpec{col: "D", tunnel: wantBlocked, tunnel6: wantBlocked, inbound: wantReach}, func(w *window) {
@@ -142,6 +146,7 @@ func (mx *matrix) runPool(t *testing.T) {
 		stopRounds()
 		mx.note("state D: both providers dead; status said every server dead after %v; the agent kept sending handshake initiations; %d probe rounds, the namespace closed", allDead.Round(100*time.Millisecond), w.rounds)
 	})
+	mx.ctrState(s, stateSpec{col: "D", tunnel: wantBlocked, tunnel6: wantBlocked})
 }
 
 // roundsUntilStopped runs probe rounds back to back until the returned

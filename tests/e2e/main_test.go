@@ -7,7 +7,9 @@
 //
 // TestMain builds tests/cmd/provider, agent/cmd/vpn-agent and, for the
 // fault suite, agent/cmd/vpn-agent again with -tags vpnagent_testhooks
-// (the production build has no fault-injection hooks), unless
+// (the production build has no fault-injection hooks), and
+// tests/cmd/sandboxprobe and tests/cmd/netprobe (static: the leak matrix
+// copies it into its podman containers' roots), unless
 // -provider/$VPN_E2E_PROVIDER, -agent/$VPN_E2E_AGENT and
 // -agent-hooks/$VPN_E2E_AGENT_HOOKS name prebuilt binaries (with all
 // three, no Go toolchain is needed: `go test -c` once, run the binary
@@ -18,8 +20,9 @@
 //	VPNC_E2E_BACKEND    backend for the leak matrix and fault suite's agent
 //	                    configs (default "auto": kernel WireGuard when the
 //	                    module exists, userspace otherwise)
-//	VPNC_MATRIX_REPORT  file to write the leak-matrix report to (the table,
-//	                    the fault-suite summary, and the closing "leak
+//	VPNC_MATRIX_REPORT  file to write the leak-matrix report to (the
+//	                    fault-suite summary, the container matrix's table
+//	                    and line, the table, and the closing "leak
 //	                    matrix: ..." line); `go test ./...` hides the
 //	                    stdout of passing packages
 package e2e
@@ -71,6 +74,8 @@ var env struct {
 	hooksErr    error
 	probeBin    string // tests/cmd/sandboxprobe (in a directory every user can reach)
 	probeErr    error
+	netprobeBin string // tests/cmd/netprobe, static (the container matrix copies it into its containers' roots)
+	netprobeErr error
 }
 
 func TestMain(m *testing.M) {
@@ -184,6 +189,14 @@ func buildAll(dir string) {
 		defer wg.Done()
 		env.probeBin, env.probeErr = goBuild(dir, "sandboxprobe", "./tests/cmd/sandboxprobe")
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		env.netprobeBin, env.netprobeErr = goBuildEnv([]string{"CGO_ENABLED=0"}, dir, "netprobe", "./tests/cmd/netprobe")
+		if env.netprobeErr == nil {
+			env.netprobeErr = isStatic(env.netprobeBin)
+		}
+	}()
 	wg.Wait()
 }
 
@@ -200,6 +213,11 @@ func checkHooks(bin string) error {
 }
 
 func goBuild(dir, name, pkg string, flags ...string) (string, error) {
+	return goBuildEnv(nil, dir, name, pkg, flags...)
+}
+
+// goBuildEnv is goBuild with environ (NAME=value) added to go's.
+func goBuildEnv(environ []string, dir, name, pkg string, flags ...string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
@@ -211,6 +229,9 @@ func goBuild(dir, name, pkg string, flags ...string) (string, error) {
 	out := filepath.Join(dir, name)
 	cmd := exec.Command(gobin, append(append([]string{"build"}, flags...), "-o", out, pkg)...)
 	cmd.Dir = root
+	if environ != nil {
+		cmd.Env = append(os.Environ(), environ...)
+	}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}

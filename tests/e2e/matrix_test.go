@@ -45,6 +45,12 @@ import (
 // second topology with "ipv6": "block" concurrently, F and D in a third
 // with a pool of two providers (failover_matrix_test.go). The table and the
 // closing line also go to $VPNC_MATRIX_REPORT (see main_test.go).
+//
+// The container matrix (podman_matrix_test.go) runs the same rows from a
+// podman container in the confined namespace, in states 1 and 2 on the
+// first topology and F (after the switch) and D on the third, each right
+// after the namespace's own state, with its own control column (the same
+// container on the host and LAN namespaces) and table.
 func TestLeakMatrix(t *testing.T) {
 	requireAgent(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
@@ -52,6 +58,14 @@ func TestLeakMatrix(t *testing.T) {
 	}
 	t.Parallel()
 	mx := newMatrix(matrixRows())
+	// The container matrix runs where podman does (not in the VM tier,
+	// which has no podman, nor a Go toolchain to build netprobe).
+	if mx.ctrSkipped = podmanMissing(); mx.ctrSkipped == "" {
+		if env.netprobeErr != nil {
+			t.Fatalf("tests/cmd/netprobe (the container matrix's probe): %v", env.netprobeErr)
+		}
+		mx.ctr = newCtrMatrix(mx.rows)
+	}
 	t.Run("sites", func(t *testing.T) {
 		t.Run("ipv6-tunnel", func(t *testing.T) {
 			t.Parallel()
@@ -66,12 +80,23 @@ func TestLeakMatrix(t *testing.T) {
 			mx.runPool(t)
 		})
 	})
-	text := mx.render()
+	// The container matrix first: the report ends with the "leak matrix:"
+	// line (tests/vm/ci.sh reads it).
+	text := "leak matrix (podman container): not run: " + mx.ctrSkipped + "\n\n"
+	if mx.ctr != nil {
+		text = mx.ctr.render() + "\n"
+	}
+	text += mx.render()
 	t.Log("\n" + text)
 	fmt.Print(text)
 	recordMatrix(text)
 	if n := mx.count("LEAK"); n > 0 {
 		t.Errorf("the leak matrix has %d LEAK cells (see the table)", n)
+	}
+	if mx.ctr != nil {
+		if n := mx.ctr.count("LEAK"); n > 0 {
+			t.Errorf("the container leak matrix has %d LEAK cells (see the table)", n)
+		}
 	}
 }
 
@@ -148,6 +173,37 @@ type mrow struct {
 	hit   func(srv string, e provider.Event) bool
 	hitOK bool
 	send  bool // fire-and-forget: Sent is a normal outcome
+	// spec is the probe as data, for the rows that probe from the confined
+	// namespace: run runs it there, and the container matrix runs it from
+	// inside a podman container (podman_matrix_test.go). A negative row's
+	// control is ctlSpec (nil: spec) from ctlFrom's namespace. withSpecs
+	// derives run and ctl.
+	spec    probe.Spec
+	ctlFrom from
+	ctlSpec *probe.Spec
+}
+
+// withSpecs sets run (and for negative rows ctl) of the rows that have a
+// spec.
+func withSpecs(rows []*mrow) []*mrow {
+	for _, r := range rows {
+		if r.spec.Op == "" {
+			continue
+		}
+		r.run = func(s *site) probe.Result { return r.spec.Run(s.name) }
+		if r.kind == kNeg {
+			r.ctl = func(s *site) probe.Result { return r.control().Run(r.ctlFrom.ns(s)) }
+		}
+	}
+	return rows
+}
+
+// control is the probe of a spec row's positive control.
+func (r *mrow) control() probe.Spec {
+	if r.ctlSpec != nil {
+		return *r.ctlSpec
+	}
+	return r.spec
 }
 
 type from int
@@ -192,33 +248,29 @@ func logHit(srv, network string, dst netip.AddrPort) func(string, provider.Event
 }
 
 func negTCP(id string, dst netip.AddrPort, f from, srv string) *mrow {
-	return &mrow{id: id, kind: kNeg,
-		run:   func(s *site) probe.Result { return probe.TCP(s.name, dst) },
-		ctl:   func(s *site) probe.Result { return probe.TCP(f.ns(s), dst) },
+	return &mrow{id: id, kind: kNeg, spec: probe.Spec{Op: probe.OpTCP, Dst: dst}, ctlFrom: f,
 		proof: proofCapture | proofLog, sig: l4Sig(observe.ProtoTCP, dst), hit: logHit(srv, "tcp", dst)}
 }
 
 func negUDP(id string, dst netip.AddrPort, f from, srv string) *mrow {
-	return &mrow{id: id, kind: kNeg,
-		run:   func(s *site) probe.Result { return probe.UDPEcho(s.name, dst, harness.Marker("udp")) },
-		ctl:   func(s *site) probe.Result { return probe.UDPEcho(f.ns(s), dst, harness.Marker("udp")) },
+	return &mrow{id: id, kind: kNeg, spec: probe.Spec{Op: probe.OpUDPEcho, Dst: dst, Payload: harness.Marker("udp")}, ctlFrom: f,
 		proof: proofCapture | proofLog, sig: l4Sig(observe.ProtoUDP, dst), hit: logHit(srv, "udp", dst)}
 }
 
 func negPing(id string, dst netip.Addr, f from) *mrow {
-	return &mrow{id: id, kind: kNeg,
-		run:   func(s *site) probe.Result { return probe.Ping(s.name, dst) },
-		ctl:   func(s *site) probe.Result { return probe.Ping(f.ns(s), dst) },
+	return &mrow{id: id, kind: kNeg, spec: pingSpec(dst), ctlFrom: f,
 		proof: proofCapture, sig: pingSig(dst)}
 }
 
 func negDNS(id string, server netip.AddrPort, network string, f from, srv string) *mrow {
 	// A name of its own, so a leaked query is recognisable in any log.
 	name := strings.NewReplacer(" ", "-", "/", "-", ":", "-", "[", "", "]", "", ".", "-").Replace(id) + ".leak.test"
-	return &mrow{id: id, kind: kNeg,
-		run:   func(s *site) probe.Result { return probe.DNS(s.name, server, network, name, dnsmessage.TypeA) },
-		ctl:   func(s *site) probe.Result { return probe.DNS(f.ns(s), server, network, name, dnsmessage.TypeA) },
+	return &mrow{id: id, kind: kNeg, spec: probe.Spec{Op: probe.OpDNS, Dst: server, Network: network, Name: name, QType: dnsmessage.TypeA}, ctlFrom: f,
 		proof: proofCapture | proofLog, sig: l4Sig(l4proto(network), server), hit: logHit(srv, network, server)}
+}
+
+func pingSpec(dst netip.Addr) probe.Spec {
+	return probe.Spec{Op: probe.OpPing, Dst: netip.AddrPortFrom(dst, 0)}
 }
 
 // l4proto is the IP protocol of network, "tcp" or "udp".
@@ -231,32 +283,28 @@ func l4proto(network string) uint8 {
 
 func negSend(id string, dst netip.AddrPort, tag int) *mrow {
 	prefix := fmt.Sprintf("vpnc-mx-%02d-", tag)
-	m := func() []byte { return append([]byte(prefix), harness.Marker("send")...) }
-	return &mrow{id: id, kind: kNeg, send: true,
-		run:   func(s *site) probe.Result { return probe.UDPSend(s.name, dst, m()) },
-		ctl:   func(s *site) probe.Result { return probe.UDPSend(s.tp.Host, dst, m()) },
-		proof: proofCapture, sig: observe.Payload([]byte(prefix))}
+	return &mrow{id: id, kind: kNeg, send: true, spec: probe.Spec{Op: probe.OpUDPSend, Dst: dst, Payload: append([]byte(prefix), harness.Marker("send")...)},
+		ctlFrom: fromHost, proof: proofCapture, sig: observe.Payload([]byte(prefix))}
 }
 
-func tunnelRow(id string, kind rowKind, run func(ns string) probe.Result, sig observe.Match) *mrow {
-	return &mrow{id: id, kind: kind, run: func(s *site) probe.Result { return run(s.name) }, sig: sig}
+func tunnelRow(id string, kind rowKind, spec probe.Spec, sig observe.Match) *mrow {
+	return &mrow{id: id, kind: kind, spec: spec, sig: sig}
 }
 
 // tunnelEchoRow is an echo over network ("tcp" or "udp") to dst through
 // the tunnel.
 func tunnelEchoRow(id string, kind rowKind, network string, dst netip.AddrPort) *mrow {
-	echo := probe.TCPEcho
+	op := probe.OpTCPEcho
 	if network == "udp" {
-		echo = probe.UDPEcho
+		op = probe.OpUDPEcho
 	}
-	return tunnelRow(id, kind, func(ns string) probe.Result { return echo(ns, dst, harness.Marker("t")) }, l4Sig(l4proto(network), dst))
+	return tunnelRow(id, kind, probe.Spec{Op: op, Dst: dst, Payload: harness.Marker("t")}, l4Sig(l4proto(network), dst))
 }
 
 // tunnelDNSRow asks the tunnel's resolver at server over network.
 func tunnelDNSRow(id, network string, server netip.AddrPort) *mrow {
-	return tunnelRow(id, kResolver, func(ns string) probe.Result {
-		return probe.DNS(ns, server, network, testbed.TargetName, dnsmessage.TypeA)
-	}, l4Sig(l4proto(network), server))
+	return tunnelRow(id, kResolver, probe.Spec{Op: probe.OpDNS, Dst: server, Network: network, Name: testbed.TargetName, QType: dnsmessage.TypeA},
+		l4Sig(l4proto(network), server))
 }
 
 // tcpInvolving matches TCP packets with a as source or destination and,
@@ -287,11 +335,9 @@ func matrixRows() []*mrow {
 		// Through the tunnel: positive while healthy, never in clear.
 		tunnelEchoRow("tunnel tcp 198.19.66.1:7", kTunnel, "tcp", harness.AP(testbed.ProvTunnel4, echo)),
 		tunnelEchoRow("tunnel udp 198.19.66.1:7", kTunnel, "udp", harness.AP(testbed.ProvTunnel4, echo)),
-		tunnelRow("tunnel icmp 198.19.66.1", kTunnel,
-			func(ns string) probe.Result { return probe.Ping(ns, testbed.ProvTunnel4) }, pingSig(testbed.ProvTunnel4)),
+		tunnelRow("tunnel icmp 198.19.66.1", kTunnel, pingSpec(testbed.ProvTunnel4), pingSig(testbed.ProvTunnel4)),
 		tunnelEchoRow("tunnel tcp [fd66::1]:7", kTunnel6, "tcp", harness.AP(testbed.ProvTunnel6, echo)),
-		tunnelRow("tunnel icmp6 fd66::1", kTunnel6,
-			func(ns string) probe.Result { return probe.Ping(ns, testbed.ProvTunnel6) }, pingSig(testbed.ProvTunnel6)),
+		tunnelRow("tunnel icmp6 fd66::1", kTunnel6, pingSpec(testbed.ProvTunnel6), pingSig(testbed.ProvTunnel6)),
 		tunnelDNSRow("dns/udp resolver 198.19.66.1:53", "udp", harness.AP(testbed.ProvTunnel4, 53)),
 		tunnelDNSRow("dns/tcp resolver 198.19.66.1:53", "tcp", harness.AP(testbed.ProvTunnel4, 53)),
 		{
@@ -350,13 +396,10 @@ func matrixRows() []*mrow {
 		// the published port, as a reply would come from.
 		{
 			id: "tcp lan 198.18.3.2:7 from ns :80", kind: kNeg,
-			run: func(s *site) probe.Result {
-				return probe.TCPFrom(s.name, harness.AP(hostLinkNS, mappedNSPort), harness.AP(testbed.LANHost4, echo))
-			},
-			ctl: func(s *site) probe.Result {
-				return probe.TCPFrom(s.tp.Host, harness.AP(testbed.HostLAN4, mappedNSPort), harness.AP(testbed.LANHost4, echo))
-			},
-			proof: proofCapture | proofLog,
+			spec:    probe.Spec{Op: probe.OpTCPFrom, Local: harness.AP(hostLinkNS, mappedNSPort), Dst: harness.AP(testbed.LANHost4, echo)},
+			ctlSpec: &probe.Spec{Op: probe.OpTCPFrom, Local: harness.AP(testbed.HostLAN4, mappedNSPort), Dst: harness.AP(testbed.LANHost4, echo)},
+			ctlFrom: fromHost,
+			proof:   proofCapture | proofLog,
 			sig: func(p observe.Packet) bool {
 				return p.Proto == observe.ProtoTCP && ((p.SrcPort == mappedNSPort && p.Dst == testbed.LANHost4 && p.DstPort == uint16(echo)) ||
 					(p.DstPort == mappedNSPort && p.Src == testbed.LANHost4 && p.SrcPort == uint16(echo)))
@@ -429,7 +472,7 @@ func matrixRows() []*mrow {
 			hitOK: true,
 		},
 	}
-	return rows
+	return withSpecs(rows)
 }
 
 // inboundAllowed connects from the allowed LAN source to the published
@@ -470,6 +513,16 @@ var matrixColumns = []column{
 
 type matrix struct {
 	rows []*mrow
+	// columns are the states it may have, in table order.
+	columns []column
+	// container: the rows run from inside a podman container in the
+	// confined namespace (the site's ctr), their controls from containers
+	// on the topology's host and LAN namespaces (podman_matrix_test.go).
+	container bool
+	// ctr is the matrix of the container states, run alongside this one's
+	// (nil when podman is missing; ctrSkipped says why).
+	ctr        *matrix
+	ctrSkipped string
 	// quiet: LEAK cells are expected (the mutation check); do not fail.
 	quiet bool
 	mu    sync.Mutex
@@ -482,7 +535,7 @@ type matrix struct {
 }
 
 func newMatrix(rows []*mrow) *matrix {
-	return &matrix{rows: rows, cells: map[string]map[string]cell{}, backend: map[string]bool{}}
+	return &matrix{rows: rows, columns: matrixColumns, cells: map[string]map[string]cell{}, backend: map[string]bool{}}
 }
 
 func (mx *matrix) set(col, row string, c cell) {
@@ -551,6 +604,10 @@ func (mx *matrix) runMain(t *testing.T) {
 	s.mustTunnel(t, 5*time.Second, "after READY=1")
 	mx.setBackend(s.backend)
 	mx.controlColumn(s)
+	mx.startContainers(s, true)
+	if mx.ctr != nil {
+		mx.ctr.controlColumn(s)
+	}
 	userspace := s.backend == string(config.BackendUserspace)
 
 	healthy := stateSpec{tunnel: wantReach, tunnel6: wantReach, inbound: wantReach}
@@ -560,6 +617,7 @@ func (mx *matrix) runMain(t *testing.T) {
 	sp := healthy
 	sp.col = "1"
 	mx.state(s, sp, func(w *window) { w.round(mx.rows) })
+	mx.ctrState(s, sp)
 
 	// P port changing: the provider's gateway moves the forwarded port
 	// while probe rounds run (one starts every 150 ms, at most 2 in
@@ -595,6 +653,7 @@ func (mx *matrix) runMain(t *testing.T) {
 			mx.note("state 2: vc-%s stayed up while the peer's UDP was dropped", s.name)
 		}
 	})
+	mx.ctrState(s, sp)
 	s.tp.UnblockWG(t)
 	s.mustTunnel(t, 10*time.Second, "after the peer became reachable again")
 
@@ -806,25 +865,14 @@ func (mx *matrix) setBackend(b string) {
 // row's detectors (capture signature, log predicate) see it.
 func (mx *matrix) controlColumn(s *site) {
 	s.t.Helper()
-	w := s.open(s.t, "control")
+	w := s.open(s.t, mx.where()+"control")
 	var rows []*mrow
-	var fns []func() probe.Result
 	for _, r := range mx.rows {
 		if r.ctl != nil {
 			rows = append(rows, r)
-			fns = append(fns, func() probe.Result {
-				// A control may need a moment (neighbour discovery on
-				// a fresh link); retry like a user would.
-				res := r.ctl(s)
-				for i := 0; i < 2 && !r.send && !res.Reached(); i++ {
-					time.Sleep(200 * time.Millisecond)
-					res = r.ctl(s)
-				}
-				return res
-			})
 		}
 	}
-	rs := probe.All(fns...)
+	rs := mx.runControls(s, rows)
 	time.Sleep(50 * time.Millisecond)
 	ev := w.close(nil, closeOptions{endpoint: s.endpoint})
 	passed, failed := w.controls, len(w.failed)
@@ -849,7 +897,7 @@ func (mx *matrix) controlColumn(s *site) {
 		}
 		if why != "" {
 			failed++
-			s.t.Errorf("positive control for %q: %s", r.id, why)
+			s.t.Errorf("%spositive control for %q: %s", mx.where(), r.id, why)
 			mx.set("ctl", r.id, cell{"FAIL", "control " + why})
 		} else {
 			passed++
@@ -857,6 +905,43 @@ func (mx *matrix) controlColumn(s *site) {
 		}
 	}
 	mx.addControls(passed, failed)
+}
+
+// runControls runs rows' controls: from the container's on the host and
+// LAN namespaces, all of them in one netprobe each, or from those
+// namespaces, concurrently. A control may need a moment (neighbour
+// discovery on a fresh link): one that did not reach is tried twice more,
+// like a user would.
+func (mx *matrix) runControls(s *site, rows []*mrow) []probe.Result {
+	var rs []probe.Result
+	if mx.container {
+		rs = s.ctr.controls(rows)
+	} else {
+		fns := make([]func() probe.Result, len(rows))
+		for i, r := range rows {
+			fns[i] = func() probe.Result { return r.ctl(s) }
+		}
+		rs = probe.All(fns...)
+	}
+	var again []int
+	var fns []func() probe.Result
+	for i, r := range rows {
+		if !r.send && !rs[i].Reached() {
+			again = append(again, i)
+			fns = append(fns, func() probe.Result {
+				res := rs[i]
+				for k := 0; k < 2 && !res.Reached(); k++ {
+					time.Sleep(200 * time.Millisecond)
+					res = r.ctl(s)
+				}
+				return res
+			})
+		}
+	}
+	for k, res := range probe.All(fns...) {
+		rs[again[k]] = res
+	}
+	return rs
 }
 
 func anyHit(hits map[string][]provider.Event, f func(string, provider.Event) bool) bool {
@@ -875,7 +960,7 @@ func anyHit(hits map[string][]provider.Event, f func(string, provider.Event) boo
 // row. after, if given, may inspect the evidence.
 func (mx *matrix) state(s *site, sp stateSpec, act func(w *window), after ...func(*window, *evidence)) {
 	s.t.Helper()
-	w := s.open(s.t, "state "+sp.col)
+	w := s.open(s.t, mx.where()+"state "+sp.col)
 	act(w)
 	if !s.ipv6 {
 		sp.tunnel6 = wantBlocked
@@ -945,12 +1030,12 @@ func (mx *matrix) state(s *site, sp stateSpec, act func(w *window), after ...fun
 					w.controls++
 				} else {
 					c = cell{"FAIL", "positive control: " + last()}
-					w.fail("%s: positive control %q did not reach its target: %s", sp.col, r.id, last())
+					w.fail("%s%s: positive control %q did not reach its target: %s", mx.where(), sp.col, r.id, last())
 				}
 			case wantBlocked:
 				if reached {
 					c = cell{"FAIL", "reached although the tunnel is down: " + last()}
-					w.fail("%s: %q reached its target although the tunnel should be down: %s", sp.col, r.id, last())
+					w.fail("%s%s: %q reached its target although the tunnel should be down: %s", mx.where(), sp.col, r.id, last())
 				}
 			}
 		}
@@ -961,7 +1046,7 @@ func (mx *matrix) state(s *site, sp stateSpec, act func(w *window), after ...fun
 			}
 		}
 		if c.status == "LEAK" && !mx.quiet {
-			s.t.Errorf("state %s: LEAK: %s: %s", sp.col, r.id, c.detail)
+			s.t.Errorf("%sstate %s: LEAK: %s: %s", mx.where(), sp.col, r.id, c.detail)
 		}
 		mx.set(sp.col, r.id, c)
 	}
@@ -1156,27 +1241,32 @@ func (mx *matrix) render() string {
 	for _, id := range ids {
 		width = max(width, len(id))
 	}
-	fmt.Fprintf(&b, "leak matrix (backend %s): probes from inside the confined namespace x states;\n", strings.Join(backends, "+"))
+	if mx.container {
+		fmt.Fprintf(&b, "leak matrix (podman container, backend %s): the matrix's probes from inside a podman container joined to the\n", strings.Join(backends, "+"))
+		fmt.Fprintf(&b, "confined namespace with the flags of `vpn-agent podman-flags` (tests/cmd/netprobe, static, in the container's root) x states;\n")
+	} else {
+		fmt.Fprintf(&b, "leak matrix (backend %s): probes from inside the confined namespace x states;\n", strings.Join(backends, "+"))
+	}
 	fmt.Fprintf(&b, "captures on the host uplink, the host's LAN link and the host-link veth; logs of every decoy.\n")
 	fmt.Fprintf(&b, "ok = blocked / behaved as expected, LEAK#n = escaped (the packet is listed below), FAIL#n = a positive control failed, - = not run\n")
-	for _, c := range matrixColumns {
+	for _, c := range mx.columns {
 		fmt.Fprintf(&b, "  %-3s %s\n", c.id, c.title)
 	}
 	fmt.Fprintf(&b, "\n%-*s", width, "probe")
-	for _, c := range matrixColumns {
+	for _, c := range mx.columns {
 		fmt.Fprintf(&b, "  %-7s", c.id)
 	}
 	b.WriteString("\n")
 	var foot []string
 	leaks, states := 0, 0
-	for _, c := range matrixColumns {
+	for _, c := range mx.columns {
 		if c.id != "ctl" && mx.cells[c.id] != nil {
 			states++
 		}
 	}
 	for _, id := range ids {
 		fmt.Fprintf(&b, "%-*s", width, id)
-		for _, c := range matrixColumns {
+		for _, c := range mx.columns {
 			cl := mx.cells[c.id][id]
 			s := cl.status
 			switch {
@@ -1214,7 +1304,11 @@ func (mx *matrix) render() string {
 			b.WriteString("  " + n + "\n")
 		}
 	}
-	line := fmt.Sprintf("leak matrix: %d probes, %d states, %d leaks, %d positive controls passed", len(mx.rows), states, leaks, mx.controls)
+	name := "leak matrix"
+	if mx.container {
+		name += " (podman container)"
+	}
+	line := fmt.Sprintf("%s: %d probes, %d states, %d leaks, %d positive controls passed", name, len(mx.rows), states, leaks, mx.controls)
 	if mx.failed > 0 {
 		line += fmt.Sprintf(", %d FAILED", mx.failed)
 	}

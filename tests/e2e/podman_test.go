@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/rand"
 	"debug/elf"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +33,9 @@ type podman struct {
 	base []string
 	dir  string
 	bb   []byte // a static busybox
+	// files are more static programs for /bin of the containers' roots
+	// (the container matrix's netprobe), by name.
+	files map[string][]byte
 	// images: run podman in a mount namespace of its own whose /var/lib
 	// and /var/tmp are empty tmpfs mounts, so that image builds and loads
 	// (which write /var/lib/containers/cache whatever --root says) and
@@ -50,19 +56,57 @@ var busyboxApplets = []string{"sh", "cat", "echo", "nc", "nslookup", "sleep", "g
 // --root says.
 func newPodman(t *testing.T) *podman {
 	t.Helper()
+	if why := podmanMissing(); why != "" {
+		t.Skip(why)
+	}
+	return podmanFor(t)
+}
+
+// podmanMissing says what of podman, runc and a static busybox is
+// missing ("" when nothing is).
+func podmanMissing() string {
 	for _, b := range []string{"podman", "runc"} {
 		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("%s is not installed (scripts/deps.sh installs podman, runc, catatonit, busybox-static)", b)
+			return b + " is not installed (scripts/deps.sh installs podman, runc, catatonit, busybox-static)"
 		}
 	}
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
-		t.Skip("busybox is not installed (scripts/deps.sh installs busybox-static)")
+		return "busybox is not installed (scripts/deps.sh installs busybox-static)"
 	}
-	if f, err := elf.Open(bb); err != nil || f.Section(".interp") != nil {
-		t.Skipf("%s is not a static busybox (install busybox-static): %v", bb, err)
+	if err := isStatic(bb); err != nil {
+		return err.Error() + " (install busybox-static)"
 	}
-	p := &podman{dir: t.TempDir()}
+	return ""
+}
+
+// isStatic fails unless path is a statically linked ELF program.
+func isStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	if f.Section(".interp") != nil {
+		return fmt.Errorf("%s is not statically linked", path)
+	}
+	return nil
+}
+
+// podmanFor is newPodman once podmanMissing said nothing is missing.
+func podmanFor(t *testing.T) *podman {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short directory of its own: podman refuses a --runroot longer
+	// than 50 characters (t.TempDir's names grow with the test's).
+	dir, err := os.MkdirTemp("", "vpnc-pm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &podman{dir: dir}
 	if p.bb, err = os.ReadFile(bb); err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +119,40 @@ func newPodman(t *testing.T) *podman {
 		if out, err := p.cmd("rm", "--all", "--force", "--time", "0"); err != nil {
 			t.Errorf("podman rm: %v: %s", err, out)
 		}
+		// conmon runs each removed container's exit command (`podman
+		// container cleanup` with this --root) after the rm; it would
+		// make the storage again in a directory removed before it ran.
+		if pids := procsNaming(dir, 10*time.Second); len(pids) > 0 {
+			t.Errorf("podman processes of %s still running 10s after podman rm: %v", dir, pids)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("podman's directory: %v", err)
+		}
 	})
 	return p
+}
+
+// procsNaming waits up to within for the processes with s in their
+// command line to exit, and returns the pids of those still running.
+func procsNaming(s string, within time.Duration) []int {
+	deadline := time.Now().Add(within)
+	for {
+		var pids []int
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Contains(b, []byte(s)) {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // rootfs makes a container root of its own: /bin/busybox and its applets.
@@ -90,6 +166,9 @@ func (p *podman) rootfs(t *testing.T) string {
 	must(t, os.WriteFile(filepath.Join(root, "bin", "busybox"), p.bb, 0o755))
 	for _, a := range busyboxApplets {
 		must(t, os.Symlink("busybox", filepath.Join(root, "bin", a)))
+	}
+	for name, b := range p.files {
+		must(t, os.WriteFile(filepath.Join(root, "bin", name), b, 0o755))
 	}
 	return root
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // The report TestMain writes to $VPNC_MATRIX_REPORT after the run: the
-// fault suite's one-line summaries, then the leak matrix (which ends with
-// the "leak matrix: ..." line). Nothing is written when the matrix did not
+// fault suite's one-line summaries, then the container matrix (its
+// "leak matrix (podman container): ..." line, or why it did not run) and
+// the leak matrix (which ends with the "leak matrix: ..." line). Nothing is written when the matrix did not
 // run (e.g. -run selected other tests).
 var report struct {
 	sync.Mutex

@@ -74,6 +74,9 @@ type site struct {
 
 	hostDecoy, lanDecoy, nsServer *harness.Process
 	hostResolv, hostNSS           string
+	// ctr: the site's podman containers for the container matrix (nil
+	// if it has none).
+	ctr *ctrProbes
 
 	mu      sync.Mutex
 	d       *agentproc.Daemon
@@ -470,12 +473,19 @@ func hostOwnUse(p observe.Packet) bool {
 
 // round runs every row's probe from the confined namespace, concurrently.
 func (w *window) round(rows []*mrow) {
-	fns := make([]func() probe.Result, len(rows))
-	for i, r := range rows {
-		fns[i] = func() probe.Result { return r.run(w.s) }
-	}
+	w.roundBy(rows, func() []probe.Result {
+		fns := make([]func() probe.Result, len(rows))
+		for i, r := range rows {
+			fns[i] = func() probe.Result { return r.run(w.s) }
+		}
+		return probe.All(fns...)
+	})
+}
+
+// roundBy is a round whose results, one per row, run returns.
+func (w *window) roundBy(rows []*mrow, run func() []probe.Result) {
 	start := time.Now()
-	rs := probe.All(fns...)
+	rs := run()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.rounds++

@@ -3,9 +3,11 @@ package probe
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/icmp"
@@ -13,9 +15,11 @@ import (
 	"golang.org/x/net/ipv6"
 )
 
-// Ping sends one ICMP (or ICMPv6) echo request to dst over a raw socket.
-// Reached: the echo reply came back; Rejected: an ICMP error about it (or
-// EPERM from an output drop); TimedOut: nothing.
+// Ping sends one ICMP (or ICMPv6) echo request to dst over a raw socket
+// or, without CAP_NET_RAW (a container), over an unprivileged ICMP echo
+// socket (the namespace's ping_group_range must allow it, as the agent's
+// does). Reached: the echo reply came back; Rejected: an ICMP error about
+// it (or EPERM from an output drop); TimedOut: nothing.
 func Ping(ns string, dst netip.Addr) Result {
 	return in(ns, "ping "+dst.String(), func() Result {
 		start := time.Now()
@@ -25,7 +29,16 @@ func Ping(ns string, dst netip.Addr) Result {
 			network, laddr, proto = "ip6:ipv6-icmp", "::", 58
 			typ, reply = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
 		}
+		var to net.Addr = &net.IPAddr{IP: dst.AsSlice()}
 		c, err := icmp.ListenPacket(network, laddr)
+		dgram := errors.Is(err, syscall.EPERM)
+		if dgram {
+			// The kernel sets the echo ID to the socket's and delivers
+			// only the replies to it.
+			network = map[bool]string{false: "udp4", true: "udp6"}[dst.Is6()]
+			to = &net.UDPAddr{IP: dst.AsSlice()}
+			c, err = icmp.ListenPacket(network, laddr)
+		}
 		if err != nil {
 			return Result{Outcome: Failed}.finish(start, err)
 		}
@@ -38,7 +51,7 @@ func Ping(ns string, dst netip.Addr) Result {
 		if err != nil {
 			return Result{Outcome: Failed}.finish(start, err)
 		}
-		if _, err := c.WriteTo(msg, &net.IPAddr{IP: dst.AsSlice()}); err != nil {
+		if _, err := c.WriteTo(msg, to); err != nil {
 			return Result{}.finish(start, err)
 		}
 		c.SetReadDeadline(deadline())
@@ -52,10 +65,16 @@ func Ping(ns string, dst netip.Addr) Result {
 			if err != nil {
 				continue
 			}
-			from, _ := netip.AddrFromSlice(peer.(*net.IPAddr).IP)
+			var from netip.Addr
+			switch a := peer.(type) {
+			case *net.IPAddr:
+				from, _ = netip.AddrFromSlice(a.IP)
+			case *net.UDPAddr:
+				from, _ = netip.AddrFromSlice(a.IP)
+			}
 			switch body := m.Body.(type) {
 			case *icmp.Echo:
-				if m.Type == reply && body.ID == id && body.Seq == seq && from.Unmap() == dst {
+				if m.Type == reply && (body.ID == id || dgram) && body.Seq == seq && from.Unmap() == dst {
 					return Result{}.finish(start, nil)
 				}
 			case *icmp.DstUnreach:

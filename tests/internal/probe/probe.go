@@ -101,11 +101,13 @@ func (r Result) finish(start time.Time, err error) Result {
 	return r
 }
 
-// in runs fn inside namespace ns; a failure to enter is a Failed result.
+// in runs fn inside namespace ns (Here: where the caller is); a failure
+// to enter is a Failed result.
 func in(ns, desc string, fn func() Result) Result {
 	var r Result
-	err := InNetns(ns, func() error { r = fn(); return nil })
-	if err != nil {
+	if ns == Here {
+		r = fn()
+	} else if err := InNetns(ns, func() error { r = fn(); return nil }); err != nil {
 		r = Result{Outcome: Failed, Err: err}
 	}
 	r.Probe = desc + " from " + ns
