@@ -371,7 +371,7 @@ func TestSidecarKubePlay(t *testing.T) {
 	metrics := "http://" + netip.AddrPortFrom(kubePodAddr.Addr(), 9586).String()
 	// The startup probe: the kubelet's view, from the node.
 	if code, body, err := kubeWaitHTTP(node, metrics+"/readyz", 60*time.Second); code != http.StatusOK {
-		t.Fatalf("/readyz from the node: %d %q %v; the agent container's log:\n%s", code, body, err, logs())
+		t.Fatalf("/readyz from the node: %d %q %v: the agent in the pod never became ready (with only NET_ADMIN and NET_BIND_SERVICE; an engine without sidecar mode tries host mode and fails at /run/netns); the agent container's log:\n%s", code, body, err, logs())
 	}
 
 	app := func(script string) string {
