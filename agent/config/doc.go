@@ -162,6 +162,10 @@
 // also puts back a device configuration changed behind its back (an
 // endpoint, a peer, the key set through `wg` or netlink). A server that
 // roams (answers from a new address) is reset to its configured endpoint.
+// A tunnel whose link someone deleted is the repair's, not the failover's:
+// the agent rebuilds it (a fresh start of the same server), tries no switch
+// on the stopped device, and judges the rebuilt tunnel afresh (probe
+// failures while the link was missing count for nothing).
 //
 // # The metrics listener
 //

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -74,8 +75,11 @@ type failover struct {
 	// stopProbe cancels the probe in flight: a switch stops a probe of
 	// the old server (its resolver, which the new kill switch refuses).
 	stopProbe context.CancelFunc
-	gen       int // bumped on every switch: a probe result of an older server is dropped
+	gen       int // bumped on every switch and new tunnel: a probe result of an older one is dropped
 	results   chan probeResult
+	// tunnel is the tunnel the judge's evidence is of: the repair
+	// replaces a tunnel whose link was deleted (follow).
+	tunnel wireguard.Tunnel
 
 	probeFailures, driftRepairs int
 	recorded                    engine.Liveness // the last written to the state file
@@ -101,7 +105,7 @@ func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *
 	}
 	f := &failover{
 		eng: eng, inst: inst, log: log, out: out, pool: pool, now: time.Now,
-		results: make(chan probeResult, 1),
+		results: make(chan probeResult, 1), tunnel: inst.Tunnel,
 	}
 	f.rec = liveness.Recovery{Pool: len(pool), Active: inst.Spec.Server}
 	f.probe()
@@ -170,6 +174,7 @@ func probeTimeout(iv time.Duration) time.Duration { return min(iv/2, 10*time.Sec
 // tick runs one round on the check's reading of the device: drift, a
 // sample, maybe a probe, the verdict and the recovery.
 func (f *failover) tick(ctx context.Context, dev *deviceReading) {
+	f.follow()
 	now := f.now()
 	attempts := f.rec.Attempts
 	defer func() {
@@ -230,6 +235,7 @@ func (f *failover) startProbe(ctx context.Context, now time.Time, p *config.Prob
 // probed takes a probe result.
 func (f *failover) probed(ctx context.Context, r probeResult) {
 	f.inFlight = false
+	f.follow() // a result about a tunnel the repair replaced is dropped
 	p := f.probe()
 	if r.gen != f.gen || p == nil {
 		return
@@ -259,6 +265,12 @@ func (f *failover) decide(ctx context.Context, now time.Time) {
 			f.log.Info("tunnel answers again", "server", f.inst.Spec.Server, "config", f.inst.Spec.ConfigFile())
 		}
 		f.rec.Alive()
+	case v == liveness.Dead && wireguard.Stopped(f.inst.Tunnel):
+		// The tunnel's own data plane stopped (its link was deleted):
+		// no server can be applied to a closed device. The daemon's
+		// repair rebuilds the tunnel, a fresh start of the active
+		// server, and the judge starts again with it (follow).
+		f.log.Debug("tunnel dead with its data plane; waiting for the repair", "cause", cause)
 	case v == liveness.Dead:
 		if a, ok := f.rec.Dead(now, cause); ok {
 			msg, attrs := "tunnel dead; switching to the next server", []any{"cause", cause, "server", f.inst.Spec.Server, "next", a.Server}
@@ -266,7 +278,15 @@ func (f *failover) decide(ctx context.Context, now time.Time) {
 				msg, attrs = "tunnel dead; retrying the same server", attrs[:4]
 			}
 			f.log.Warn(msg, attrs...)
-			if err := f.rec.Apply(now, a, switcher{f, ctx}); err != nil {
+			before := f.rec
+			if err := f.rec.Apply(now, a, switcher{f, ctx}); errors.Is(err, engine.ErrDataPlaneStopped) {
+				// The link was deleted under the switch: not the server's
+				// failure. The recovery stands where it stood (the attempt
+				// counted); the repair rebuilds the tunnel.
+				before.Attempts = f.rec.Attempts
+				f.rec = before
+				f.log.Warn("the tunnel's data plane stopped during the switch; the repair rebuilds it", "server", a.Server, "err", err)
+			} else if err != nil {
 				f.log.Error("switch failed; the kill switch stays closed", "server", a.Server, "err", err)
 			}
 			if st, _ := f.rec.State(); st == liveness.AllDead {
@@ -276,6 +296,33 @@ func (f *failover) decide(ctx context.Context, now time.Time) {
 		}
 	}
 	f.publish()
+}
+
+// follow notices a tunnel the repair replaced (rebuilt after its link
+// was deleted, or its namespace): the new device has new peers, whose
+// counters start at zero, and a fresh handshake, and what the judge saw
+// (probe failures while the link was missing) is of the old one, not of
+// the server. The judge starts again, a probe of the old tunnel in flight
+// is cancelled and its result dropped, and the new one is probed at once.
+func (f *failover) follow() {
+	// Tunnels are pointers: a new one is a different value.
+	if f.inst.Tunnel == f.tunnel {
+		return
+	}
+	f.tunnel = f.inst.Tunnel
+	f.restart()
+}
+
+// restart forgets the judge's evidence: the peers are new (a switch, a
+// retry or a new tunnel). A probe in flight is cancelled, its result
+// dropped, and the next check probes at once.
+func (f *failover) restart() {
+	f.gen++
+	if f.stopProbe != nil {
+		f.stopProbe()
+	}
+	f.judge.Reset()
+	f.nextProbe = time.Time{}
 }
 
 // switcher carries out the recovery's actions with the engine.
@@ -289,12 +336,7 @@ func (s switcher) Switch(server int, retry bool) error {
 	if err := f.eng.Switch(s.ctx, f.inst, f.pool[server]); err != nil {
 		return err
 	}
-	f.gen++
-	if f.stopProbe != nil {
-		f.stopProbe() // its result, of the old server, is dropped
-	}
-	f.judge.Reset()
-	f.nextProbe = time.Time{} // judge the new server at once
+	f.restart() // a probe of the old server is dropped; the new one is judged at once
 	// Make it handshake even if the namespace idles now (its queued
 	// packets went with the old peer): an answer, or none, judges it.
 	if err := liveness.Nudge(f.inst.Spec); err != nil {

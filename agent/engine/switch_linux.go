@@ -37,6 +37,10 @@ type resolvConf interface {
 	Rewrite(s *config.Spec) error
 }
 
+// ErrDataPlaneStopped: the tunnel's data plane has stopped (a userspace
+// device closes when its link is deleted) and is not rebuilt yet.
+var ErrDataPlaneStopped = errors.New("the tunnel's data plane has stopped (its link was deleted?); the repair rebuilds it first")
+
 type wgDevices struct{}
 
 func (wgDevices) Config(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
@@ -129,6 +133,12 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	if inst.Tunnel == nil {
 		return errors.New("switch: no tunnel")
 	}
+	if wireguard.Stopped(inst.Tunnel) {
+		// A closed device takes no peers: nothing is changed, and the
+		// daemon's repair rebuilds the tunnel (the active server's fresh
+		// start) before any switch.
+		return fmt.Errorf("switch to server %d: %w", next.Server, ErrDataPlaneStopped)
+	}
 	sys := e.sys()
 	log := e.log().With("namespace", old.Name)
 	// Resolve first: a name that does not resolve changes nothing.
@@ -154,6 +164,11 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 		rerrs = append(rerrs, j.rollback())
 		if rerr := errors.Join(rerrs...); rerr != nil {
 			err = fmt.Errorf("%w (rollback: %v)", err, rerr)
+		}
+		if wireguard.Stopped(inst.Tunnel) && !errors.Is(err, ErrDataPlaneStopped) {
+			// The link was deleted during the switch: the device closed
+			// under it. The failure is the tunnel's, not the server's.
+			err = fmt.Errorf("%w: %w", ErrDataPlaneStopped, err)
 		}
 	}()
 
@@ -201,8 +216,8 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 // peer or the key through the UAPI socket or netlink), applies it again.
 // It returns what differed.
 func (e *Engine) RepairDrift(ctx context.Context, inst *Instance, d *wireguard.Device) ([]string, error) {
-	if inst.Tunnel == nil {
-		return nil, nil
+	if inst.Tunnel == nil || wireguard.Stopped(inst.Tunnel) {
+		return nil, nil // a stopped data plane is the repair's: it rebuilds the tunnel
 	}
 	want, err := e.applied(ctx, inst)
 	if err != nil {

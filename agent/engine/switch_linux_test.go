@@ -317,3 +317,59 @@ func inode(t *testing.T, p string) uint64 {
 	}
 	return fi.Sys().(*syscall.Stat_t).Ino
 }
+
+// A switch does not touch a tunnel whose data plane has stopped (a
+// userspace device closes when someone deletes its link; the e2e leak
+// matrix saw "IPC error -22: failed to create new peer: device closed"):
+// it fails before it changes anything, the kill switch included, and
+// says why. The repair rebuilds the tunnel first.
+func TestSwitchDataPlaneStopped(t *testing.T) {
+	sw, e, inst, p := upSwitchFake(t)
+	close(inst.Tunnel.(*fakeTunnel).done)
+	err := e.Switch(context.Background(), inst, p[1])
+	if !errors.Is(err, ErrDataPlaneStopped) {
+		t.Fatalf("switch on a stopped data plane: err %v, want ErrDataPlaneStopped", err)
+	}
+	if len(sw.calls) != 0 || inst.Spec != p[0] {
+		t.Fatalf("the switch changed something: calls %v, active server %d", sw.calls, inst.Spec.Server)
+	}
+	// The control: a live tunnel switches.
+	inst.Tunnel = &fakeTunnel{w: sw.world, ns: "torrent", name: p[0].Interface, done: make(chan struct{})}
+	if err := e.Switch(context.Background(), inst, p[1]); err != nil || inst.Spec != p[1] {
+		t.Fatalf("switch on a live tunnel: %v", err)
+	}
+}
+
+// closingDevices is a device whose link is deleted as it is configured:
+// it closes (its tunnel's Done) and the configuration fails.
+type closingDevices struct {
+	fakeDevices
+	t *fakeTunnel
+}
+
+func (f closingDevices) Configure(t wireguard.Tunnel, ns string, cfg wgtypes.Config) error {
+	close(f.t.done)
+	f.sw.call("dev.configure")
+	return errors.New("IPC error -22: failed to create new peer: device closed")
+}
+
+// The link deleted during a switch: the switch is rolled back as any
+// failed one (the previous server's kill switch back), and its error
+// says the data plane stopped, which is the tunnel's failure, not the
+// server's. The control: another failure of the device does not say so.
+func TestSwitchDataPlaneStoppedDuring(t *testing.T) {
+	sw, e, inst, p := upSwitchFake(t)
+	sw.fail["dev.configure"] = errors.New("injected")
+	if err := e.Switch(context.Background(), inst, p[1]); err == nil || errors.Is(err, ErrDataPlaneStopped) {
+		t.Fatalf("a device failure on a live tunnel: err %v, want an error that is not ErrDataPlaneStopped", err)
+	}
+	delete(sw.fail, "dev.configure")
+	e.system.dev = closingDevices{fakeDevices{sw}, inst.Tunnel.(*fakeTunnel)}
+	err := e.Switch(context.Background(), inst, p[1])
+	if !errors.Is(err, ErrDataPlaneStopped) || !strings.Contains(err.Error(), "device closed") {
+		t.Fatalf("the device closed during the switch: err %v, want ErrDataPlaneStopped with the device's error", err)
+	}
+	if inst.Spec != p[0] || sw.dns != dnsOf(p[0]) || !sw.tables[killSwitch("torrent")] || len(sw.violations) > 0 {
+		t.Fatalf("not rolled back: server %d, kill switch %v allowing %s, violations %v", inst.Spec.Server, sw.tables[killSwitch("torrent")], sw.dns, sw.violations)
+	}
+}

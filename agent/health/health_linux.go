@@ -63,12 +63,8 @@ func Inspect(t Target) *Report {
 		table, link, host = &t.gates.Table, &t.gates.Link, &t.gates.Host
 	}
 	inspectPolicy(r, t.Spec, t.Forwarded, table, t.Peers)
-	if t.Tunnel != nil {
-		select {
-		case <-t.Tunnel.Done():
-			r.Add(DataPlaneDead, "WireGuard data plane for %s stopped", r.Interface)
-		default:
-		}
+	if wireguard.Stopped(t.Tunnel) {
+		r.Add(DataPlaneDead, "WireGuard data plane for %s stopped", r.Interface)
 	}
 	inspectLink(r, t.Spec, link)
 	if t.Peers {

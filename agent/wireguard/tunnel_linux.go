@@ -30,6 +30,21 @@ type Tunnel interface {
 	Stop() (gone <-chan struct{}, err error)
 }
 
+// Stopped says the data plane of t (nil: none) has stopped: a userspace
+// device closes itself when its link is deleted. A kernel tunnel's never
+// does (its data plane needs no process).
+func Stopped(t Tunnel) bool {
+	if t == nil {
+		return false
+	}
+	select {
+	case <-t.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // Create makes the tunnel for s with backend b and moves it into the
 // namespace nsName. The UDP socket stays in the calling (host) namespace.
 // On error nothing is left behind.

@@ -38,12 +38,17 @@ KEEP=${VPNC_VM_KEEP:-2}
 #     through; installed but disabled (tests enable them: see overlay/opt/vpnc/bin)
 #   tcpdump, iperf3, bind9-dnsutils, iputils-ping, netcat-openbsd, socat, conntrack,
 #   procps: test tools
+#   podman, runc, netavark, busybox-static: a podman container confined by the product's flags
+#     (container_test.go): runc as the runtime (as on the host e2e tier), netavark for
+#     golang-github-containers-common's virtual network-stack dependency, busybox-static for
+#     the image the test builds offline FROM scratch (debootstrap adds no Recommends)
 PACKAGES=(
 	systemd systemd-sysv udev kmod dbus
 	iproute2 nftables wireguard-tools
 	nscd systemd-resolved libnss-resolve
 	tcpdump iperf3 bind9-dnsutils iputils-ping netcat-openbsd socat conntrack procps
 	transmission-daemon curl
+	podman runc netavark busybox-static
 )
 # Host tools this script and run.sh need (package:command).
 HOST_TOOLS=(qemu-system-x86:qemu-system-x86_64 debootstrap:debootstrap cpio:cpio zstd:zstd

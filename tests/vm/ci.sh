@@ -20,7 +20,7 @@ export VMTEST_LOGDIR=${VMTEST_LOGDIR:-$SCRIPT_DIR/out}
 mkdir -p "$VMTEST_LOGDIR"
 rm -f "$VMTEST_LOGDIR/summary"
 
-# What the issue requires of the tier (tests/vm/guest: leakmatrix_test.go, systemd_confine_test.go, socket_test.go,
+# What the issue requires of the tier (tests/vm/guest: leakmatrix_test.go, systemd_confine_test.go, socket_test.go, container_test.go,
 # sandbox_test.go, dnsmask_test.go, upholds_test.go; failover_test.go's failover-kernel below).
 REQUIRED_LEAK_STATES="healthy peer-unreachable peer-stopped wg-link-deleted agent-sigkilled policy-table-deleted"
 REQUIRED_SYSTEMD_CHECKS="starts-after-ready namespace-resolv-conf stops-with-agent stops-on-agent-sigkill
@@ -28,7 +28,7 @@ REQUIRED_SYSTEMD_CHECKS="starts-after-ready namespace-resolv-conf stops-with-age
 	dns-nscd-restart-no-leak dns-nscd-late-start-no-leak dns-resolved-restart-no-leak
 	stopped-stays-stopped oneshot-runs-once restarts-after-agent-sigkill walkthrough
 	iouring-socket-refused ptrace-pidfd-refused proc-invisible
-	socket-activated socket-restarts-with-agent"
+	socket-activated socket-restarts-with-agent container-restarts-with-agent"
 
 T0=$(date +%s)
 if ! IMG=$("$SCRIPT_DIR/build-image.sh" --print-dir); then

@@ -31,6 +31,12 @@ var walkthroughMark = regexp.MustCompile(`^<!-- vm-walkthrough: ([a-z-]+) -->$`)
 
 // walkthroughSteps reads the marked blocks of the doc, in order.
 func walkthroughSteps(path string) ([]walkthroughStep, error) {
+	return markedBlocks(path, walkthroughMark)
+}
+
+// markedBlocks reads the ```sh blocks of a doc marked by mark (a comment line
+// whose first group is the block's name) on the line before the fence.
+func markedBlocks(path string, mark *regexp.Regexp) ([]walkthroughStep, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -38,31 +44,31 @@ func walkthroughSteps(path string) ([]walkthroughStep, error) {
 	defer f.Close()
 	var steps []walkthroughStep
 	sc := bufio.NewScanner(f)
-	n, mark, in := 0, "", false
+	n, name, in := 0, "", false
 	var body strings.Builder
 	for sc.Scan() {
 		n++
 		l := sc.Text()
 		switch {
 		case in && l == "```":
-			steps = append(steps, walkthroughStep{name: mark, script: body.String(), line: n - strings.Count(body.String(), "\n")})
+			steps = append(steps, walkthroughStep{name: name, script: body.String(), line: n - strings.Count(body.String(), "\n")})
 			body.Reset()
-			in, mark = false, ""
+			in, name = false, ""
 		case in:
 			body.WriteString(l + "\n")
-		case mark != "":
+		case name != "":
 			if l != "```sh" {
-				return nil, fmt.Errorf("%s:%d: a vm-walkthrough mark must be followed by a ```sh fence, not %q", path, n, l)
+				return nil, fmt.Errorf("%s:%d: a %s mark must be followed by a ```sh fence, not %q", path, n, mark, l)
 			}
 			in = true
 		default:
-			if m := walkthroughMark.FindStringSubmatch(l); m != nil {
-				mark = m[1]
+			if m := mark.FindStringSubmatch(l); m != nil {
+				name = m[1]
 			}
 		}
 	}
-	if in || mark != "" {
-		return nil, fmt.Errorf("%s: the block of vm-walkthrough %q is not closed", path, mark)
+	if in || name != "" {
+		return nil, fmt.Errorf("%s: the block marked %q is not closed", path, name)
 	}
 	return steps, sc.Err()
 }
