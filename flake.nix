@@ -42,6 +42,8 @@
       packages = forAllSystems (pkgs: {
         default = pkgs.vpn-agent;
         inherit (pkgs) vpn-agent vpn-bench;
+        # The sidecar image (docs/sidecar.md): `podman load < result`.
+        image = pkgs.callPackage ./nix/image.nix { };
         # Opt-in benchmarks (NixOS VM tests); results in $out/benchmark.json.
         vpn-benchmark = import ./nix/tests/benchmark.nix {
           inherit pkgs;

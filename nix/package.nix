@@ -29,7 +29,7 @@ buildGoModule {
     fileset = import ./source.nix { inherit lib; };
   };
 
-  vendorHash = "sha256-By7WOCcGBOdN29QuA1OUL7eErxXq0yy2OgCapGw1Vsw=";
+  vendorHash = "sha256-ZHx5JbPDzmMhn60aLVWGlyIjFQzhu926ZbiGZtOeGTw=";
 
   subPackages = [ "agent/cmd/${program}" ];
 

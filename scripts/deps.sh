@@ -27,6 +27,8 @@ have podman || need+=(podman)
 have runc   || need+=(runc)
 have catatonit || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+# tests/dist: kubectl reads the shipped Kubernetes example offline (label --local).
+have kubectl || need+=(kubernetes-client)
 if [ "${VPNC_WITH_VM:-1}" = 1 ]; then
   have qemu-system-x86_64 || need+=(qemu-system-x86)
   have debootstrap || need+=(debootstrap)

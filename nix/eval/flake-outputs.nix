@@ -40,6 +40,11 @@ in
       else
         lib.hasPrefix builtins.storeDir (toString pkg.src);
   };
+  # The sidecar image: its name and tag (the manifests' image), entrypoint and command.
+  image = {
+    inherit (self.packages.x86_64-linux.image.imageArgs) name tag;
+    inherit (self.packages.x86_64-linux.image.imageArgs.config) Entrypoint Cmd;
+  };
   # The bench's package: its own binary, the agent's vendorHash.
   benchPackage = {
     inherit (benchPkg) pname subPackages vendorHash;

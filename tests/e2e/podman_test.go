@@ -36,6 +36,13 @@ type podman struct {
 	// files are more static programs for /bin of the containers' roots
 	// (the container matrix's netprobe), by name.
 	files map[string][]byte
+	// images: run podman in a mount namespace of its own whose /var/lib
+	// and /var/tmp are empty tmpfs mounts, so that image builds and loads
+	// (which write /var/lib/containers/cache whatever --root says) and
+	// buildah's temporary files touch nothing of the machine's; and give
+	// every container rlimits it may set (a containers.conf of the
+	// test's: `kube play` has no --ulimit).
+	images bool
 }
 
 // The applets the probes use, as symlinks to /bin/busybox in the root.
@@ -167,8 +174,25 @@ func (p *podman) rootfs(t *testing.T) string {
 }
 
 func (p *podman) cmd(args ...string) (string, error) {
-	out, err := exec.Command("podman", append(append([]string(nil), p.base...), args...)...).CombinedOutput()
+	argv := append(append([]string{"podman"}, p.base...), args...)
+	if p.images {
+		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount -t tmpfs -o mode=0755 vpnc-podman /var/lib && mount -t tmpfs -o mode=01777 vpnc-podman /var/tmp && exec "$@"`, "sh"}, argv...)
+	}
+	c := exec.Command(argv[0], argv[1:]...)
+	if p.images {
+		c.Env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(p.dir, "containers.conf"))
+	}
+	out, err := c.CombinedOutput()
 	return string(out), err
+}
+
+// withImages turns on p.images (see there).
+func (p *podman) withImages(t *testing.T) {
+	t.Helper()
+	conf := "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n"
+	must(t, os.WriteFile(filepath.Join(p.dir, "containers.conf"), []byte(conf), 0o644))
+	p.images = true
 }
 
 // start runs a container with flags that sleeps until removed, and

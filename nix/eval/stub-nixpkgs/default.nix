@@ -18,9 +18,10 @@ let
     inherit lib;
     callPackage = f: args: (if builtins.isFunction f then f else import f) (builtins.intersectAttrs (builtins.functionArgs (if builtins.isFunction f then f else import f)) final // args);
     # Returns its arguments (and the source it was given) for inspection.
-    buildGoModule = args: drv "${args.pname}-${args.version}" { goModuleArgs = args; };
+    buildGoModule = args: drv "${args.pname}-${args.version}" { goModuleArgs = args; inherit (args) version; meta = args.meta or { }; };
     mkShell = args: drv "shell" { shellArgs = args; };
     testers.runNixOSTest = t: drv "vm-test-${t.name}" { testArgs = t; };
+    dockerTools.buildLayeredImage = args: drv "${baseNameOf args.name}.tar.gz" { imageArgs = args; };
   } // lib.genAttrs [ "go" "gopls" "nftables" "iproute2" "wireguard-tools" "iperf3" "tcpdump" "coreutils" "curl" "dnsmasq" "dnsutils" "getent" "iputils" "jq" "python3" "transmission_4" ] (n: drv n { })
   // {
     writeText = name: text: builtins.seq text (drv name { });
