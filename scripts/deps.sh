@@ -28,7 +28,7 @@ have catatonit || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 if [ "${VPNC_WITH_VM:-1}" = 1 ]; then
   have qemu-system-x86_64 || need+=(qemu-system-x86)
-  have debootstrap || need+=(debootstrap)
+  have mmdebstrap || need+=(mmdebstrap)
   have cpio || need+=(cpio)
 fi
 if [ ${#need[@]} -gt 0 ]; then
