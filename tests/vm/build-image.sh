@@ -151,7 +151,10 @@ echo "deb $MIRROR $SUITE main" >"$APTDIR/sources.list"
 APT_OPTS=(-o "Dir::Etc::SourceList=$APTDIR/sources.list" -o "Dir::Etc::SourceParts=$APTDIR/empty"
 	-o "Dir::State::Lists=$APTDIR/lists" -o "Dir::Cache=$APTDIR/cache" -o "Dir::State::status=$APTDIR/status"
 	-o "Dir::Etc::Preferences=$APTDIR/empty/none" -o "Dir::Etc::PreferencesParts=$APTDIR/empty"
-	-o APT::Sandbox::User=root)
+	-o APT::Sandbox::User=root
+	-o Dir::Cache::pkgcache=pkgcache.bin -o Dir::Cache::srcpkgcache=srcpkgcache.bin)
+# (The binary caches, which Debian's Docker images turn off: each apt-cache call here would
+# parse the whole Packages file again, seconds under load.)
 # Only the Packages index (not the host's appstream/command-not-found extras).
 for t in DEP-11 DEP-11-icons-small DEP-11-icons DEP-11-icons-hidpi CNF; do
 	APT_OPTS+=(-o "Acquire::IndexTargets::deb::$t::DefaultEnabled=false")
