@@ -91,6 +91,22 @@ run_summary() {
 	echo "$summary"
 }
 
+# verdict HEAD LINE RC: prints the summary line (after a "problems:" line when there are
+# any) and returns RC, or 1 when there are problems and RC is 0.
+verdict() {
+	local rc=$3
+	if [ ${#problems[@]} -gt 0 ]; then
+		echo "$1: problems: $(IFS=';'; echo "${problems[*]}" | sed 's/;/; /g')"
+		echo "$1: FAIL: $2"
+		[ "$rc" != 0 ] || rc=1
+	elif [ "$partial" = 1 ]; then
+		echo "$1: partial run (VMTEST_RUN=$VMTEST_RUN): $2"
+	else
+		echo "$1: $2"
+	fi
+	return "$rc"
+}
+
 # --- Debian 12 (bookworm, systemd 252): the whole tier -----------------------------------
 bookworm_tier() {
 T0=$(date +%s)
@@ -176,17 +192,7 @@ fi
 other_failures "$vms" "$rc"
 states="$nstates leak states × ${probes:-0} probes"
 [ -z "$e2e" ] || states="$e2e + $nstates × ${probes:-0}"
-line="$kernel, $states, $leaks leaks, systemd checks $kok/$ktotal, $failover"
-if [ ${#problems[@]} -gt 0 ]; then
-	echo "vm tier: problems: $(IFS=';'; echo "${problems[*]}" | sed 's/;/; /g')"
-	echo "vm tier: FAIL: $line"
-	[ "$rc" != 0 ] || rc=1
-elif [ "$partial" = 1 ]; then
-	echo "vm tier: partial run (VMTEST_RUN=$VMTEST_RUN): $line"
-else
-	echo "vm tier: $line"
-fi
-return "$rc"
+verdict "vm tier" "$kernel, $states, $leaks leaks, systemd checks $kok/$ktotal, $failover" "$rc"
 }
 
 # --- Debian 13 (trixie, systemd 257): the systemd checks ---------------------------------
@@ -214,17 +220,7 @@ trixie_tier() {
 	problems=()
 	systemd_checks "$REQUIRED_SYSTEMD_CHECKS_TRIXIE" "$vms"
 	other_failures "$vms" "$rc"
-	local line="systemd checks $kok/$ktotal" head="vm tier (trixie, systemd ${sd:-?})"
-	if [ ${#problems[@]} -gt 0 ]; then
-		echo "$head: problems: $(IFS=';'; echo "${problems[*]}" | sed 's/;/; /g')"
-		echo "$head: FAIL: $line"
-		[ "$rc" != 0 ] || rc=1
-	elif [ "$partial" = 1 ]; then
-		echo "$head: partial run (VMTEST_RUN=$VMTEST_RUN): $line"
-	else
-		echo "$head: $line"
-	fi
-	return "$rc"
+	verdict "vm tier (trixie, systemd ${sd:-?})" "systemd checks $kok/$ktotal" "$rc"
 }
 
 final=0
