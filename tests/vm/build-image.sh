@@ -46,12 +46,14 @@ PACKAGES=(
 	tcpdump iperf3 bind9-dnsutils iputils-ping netcat-openbsd socat conntrack procps
 	transmission-daemon curl
 )
-# The trixie image runs only the systemd checks (ci.sh): what they need, no more.
+# The trixie image runs only the systemd checks (ci.sh): what they need, and the small
+# tools for looking into a failure (nc: socket_test.go's service script needs it; without it
+# the socket checks' tunnel echo failed on trixie, looking like a confinement bug).
 PACKAGES_TRIXIE=(
 	systemd systemd-sysv udev kmod dbus
 	iproute2 nftables wireguard-tools
 	nscd systemd-resolved libnss-resolve
-	iputils-ping socat procps
+	iputils-ping netcat-openbsd bind9-host socat procps
 )
 # Host tools this script and run.sh need (package:command).
 HOST_TOOLS=(qemu-system-x86:qemu-system-x86_64 mmdebstrap:mmdebstrap cpio:cpio zstd:zstd
