@@ -31,7 +31,7 @@ dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 have kubectl || need+=(kubernetes-client)
 if [ "${VPNC_WITH_VM:-1}" = 1 ]; then
   have qemu-system-x86_64 || need+=(qemu-system-x86)
-  have debootstrap || need+=(debootstrap)
+  have mmdebstrap || need+=(mmdebstrap)
   have cpio || need+=(cpio)
 fi
 if [ ${#need[@]} -gt 0 ]; then

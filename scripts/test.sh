@@ -20,6 +20,26 @@ scripts/deps.sh
 start=$(date +%s)
 step() { printf '\n== %s (t+%ss)\n' "$1" "$(( $(date +%s) - start ))"; }
 
+# The VM tier's images (tests/vm/build-image.sh: bookworm, trixie) build in the background
+# while the checks and Go tests below run, so a clean machine does not pay for them before the
+# VM tier; the tier reuses them (or, if a build failed, builds again and fails with its
+# output). Log: tests/vm/out/image-build.log.
+vmimg_pid=
+with_vm=0
+if [ "${VPNC_WITH_VM:-1}" = 1 ] && [ -x tests/vm/ci.sh ]; then
+  with_vm=1
+  mkdir -p tests/vm/out
+  vmimg_log=tests/vm/out/image-build.log
+  # Its own session, so an early failure of this script ends the build (the EXIT trap).
+  setsid -w bash -c 'rc=0
+    for s in ${VMTEST_SUITES:-bookworm trixie}; do
+      VPNC_VM_SUITE=$s tests/vm/build-image.sh || { echo "[vm-image] $s: build FAILED (rc=$?)"; rc=1; }
+    done
+    exit $rc' >"$vmimg_log" 2>&1 </dev/null &
+  vmimg_pid=$!
+  trap '[ -z "$vmimg_pid" ] || kill -TERM -- "-$vmimg_pid" 2>/dev/null || true' EXIT
+fi
+
 step "format and vet"
 bad=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$bad" ]; then echo "gofmt needed: $bad" >&2; exit 1; fi
@@ -29,7 +49,7 @@ go vet -tags vpnagent_testhooks ./agent/cli
 
 step "unit and end-to-end tests"
 report=$(mktemp -d)
-trap 'rm -rf "$report"' EXIT
+trap 'rm -rf "$report"; [ -z "$vmimg_pid" ] || kill -TERM -- "-$vmimg_pid" 2>/dev/null || true' EXIT
 VPNC_MATRIX_REPORT="$report/leak-matrix.txt" go test -count=1 -timeout 20m ./...
 go test -count=1 -tags vpnagent_testhooks ./agent/cli
 if [ -s "$report/leak-matrix.txt" ]; then
@@ -51,8 +71,15 @@ go test ./agent/dnsproxy -run '^$' -fuzz '^FuzzQuery$' -fuzztime "$ft"
 step "nix: parse every .nix file, check vendorHash"
 .ci/nix-check.sh
 
-if [ "${VPNC_WITH_VM:-1}" = 1 ] && [ -x tests/vm/ci.sh ]; then
+if [ "$with_vm" = 1 ]; then
   step "vm tier: Debian under qemu (kernel WireGuard, systemd)"
+  if wait "$vmimg_pid"; then
+    grep -E '^\[vm-image\] (built|reusing)' "$vmimg_log" || true
+  else
+    echo "vm tier: the background image build failed; its log ($vmimg_log):"
+    tail -n 40 "$vmimg_log"
+  fi
+  vmimg_pid=
   tests/vm/ci.sh
 fi
 step "all checks passed"

@@ -67,7 +67,6 @@ source), named vpn-agent-NAME.service.`) + "\n" +
 }
 
 func distConfined() string {
-	hostLink := Fill([]string{"lo", "{tunnel}", "{nsVeth}"}, Vars{"tunnel": names.Tunnel("NAME"), "nsVeth": names.NSVeth("NAME")}).([]string)
 	return comment(Generated+`
 
 Drop-in that confines any service to the namespace of vpn-agent@NAME.service.
@@ -81,11 +80,7 @@ replace every NAME with the namespace name, then
 
 On NixOS, systemd.services.SERVICE.vpnConfinement = { enable = true;
 namespace = "NAME"; } sets the same directives (from nix/units.json), with
-the agent unit named vpn-agent-NAME.service.
-
-`+names.Tunnel("NAME")+` is the WireGuard interface unless the config sets "interface"; with
-the host link enabled, RestrictNetworkInterfaces= also lists `+names.NSVeth("NAME")+`:
-  RestrictNetworkInterfaces=`+strings.Join(hostLink, " ")) + "\n" +
+the agent unit named vpn-agent-NAME.service.`) + "\n" +
 		Render(Confined(), ConfinedVars("NAME", names.AgentUnit("NAME"), names.Tunnel("NAME"), ""), true)
 }
 

@@ -176,7 +176,10 @@ func Confined() Unit {
 		}},
 		{"Service", []Directive{
 			{Key: "NetworkNamespacePath", Value: names.Netns("{name}"),
-				Why: "Run in the namespace: its only network is lo, the tunnel and (host\nlink) the namespace veth."},
+				Why: "Run in the namespace: its only network is lo, the tunnel and (host\nlink) the namespace veth. No RestrictNetworkInterfaces=: systemd looks\n" +
+					"its names up in PID 1's namespace, where the tunnel and the veth do not\n" +
+					"exist; a systemd with BPF (Debian 13's 257, NixOS) then lets the service\n" +
+					"use lo only, and its tunnel traffic is dropped (tests/vm, trixie)."},
 			{Key: "BindReadOnlyPaths", Value: binds,
 				Why: "The namespace's resolvers, never the host's: files, then DNS through\n" +
 					"the tunnel. Also inside the mask of " + names.ResolvedDir + " below, where\n" +
@@ -200,8 +203,6 @@ func Confined() Unit {
 			{Key: "CapabilityBoundingSet", Value: []string{"~CAP_NET_RAW"},
 				Why: "Raw and packet sockets would let the service forge traffic the kill\n" +
 					"switch judges by port (DNS); nothing a confined service does needs them."},
-			{Key: "RestrictNetworkInterfaces", Value: []string{"lo", "{tunnel}", "{nsVeth}"},
-				Why: "Even a process that could change namespace may use only these interfaces."},
 			{Key: "SystemCallFilter", Lines: true, Value: ConfinedSyscallDenials(),
 				Why: "Refused: io_uring, whose IORING_OP_SOCKET makes sockets that\n" +
 					"RestrictAddressFamilies= (seccomp on socket(2)) never sees (an AF_VSOCK\n" +

@@ -52,7 +52,6 @@ func TestDropIn(t *testing.T) {
 		"BindReadOnlyPaths=/etc/netns/proton/resolv.conf:/etc/resolv.conf /etc/netns/proton/nsswitch.conf:/etc/nsswitch.conf " +
 			"/etc/netns/proton/resolv.conf:/run/systemd/resolve/stub-resolv.conf /etc/netns/proton/resolv.conf:/run/systemd/resolve/resolv.conf\n",
 		"TemporaryFileSystem=/run/nscd:ro,mode=0755 /run/systemd/resolve:ro,mode=0755 /run/dbus:ro,mode=0755 /var/run/wireguard:ro,mode=0755\n",
-		"RestrictNetworkInterfaces=lo vc-proton\n",
 		"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK\n",
 		"CapabilityBoundingSet=~CAP_NET_RAW\n",
 		// io_uring (IORING_OP_SOCKET bypasses RestrictAddressFamilies=) and
@@ -90,8 +89,12 @@ func TestDropIn(t *testing.T) {
 			}
 		}
 	}
-	if got := DropIn("p", "wg0", "vn-p", "a.service"); !strings.Contains(got, "RestrictNetworkInterfaces=lo wg0 vn-p\n") {
-		t.Errorf("host link veth missing:\n%s", got)
+	// No RestrictNetworkInterfaces=: systemd resolves the names in PID 1's
+	// namespace, where the tunnel and the veth do not exist; with BPF
+	// (systemd 257) the service could then use lo only (tests/vm, trixie:
+	// socket-activated's tunnel echo failed).
+	if got := DropIn("p", "wg0", "vn-p", "a.service"); strings.Contains(got, "\nRestrictNetworkInterfaces=") {
+		t.Errorf("RestrictNetworkInterfaces= would cut the service off the tunnel:\n%s", got)
 	}
 	if strings.Contains(got, "InaccessiblePaths") || strings.Contains(got, "io.systemd.Resolve") {
 		t.Errorf("a mask on a socket file (lost when its daemon restarts):\n%s", got)

@@ -8,11 +8,18 @@
 # (and tests/e2e's "leak matrix:" line when its TestLeakMatrix ran in the VM):
 #   vm tier: kernel backend ok, N leak states × M probes, 0 leaks, systemd checks K/K, failover kernel ok
 #   vm tier: kernel backend ok, 10 leak states × 47 probes + 6 × 36, 0 leaks, systemd checks K/K, failover kernel ok
+# That is the Debian 12 (bookworm, systemd 252) image. Then a second image, Debian 13
+# (trixie, systemd 257), boots the same tree for the systemd checks only (TRIXIE_RUN; no leak
+# matrices, no failover), logs in $VMTEST_LOGDIR/trixie/, and its own line, last:
+#   vm tier (trixie, systemd 257): systemd checks K/K
 # Exits 0 only when every guest test passed AND every count is there: the kernel backend
 # check, each leak state in REQUIRED_LEAK_STATES with its probes and zero leaks, each
-# systemd check in REQUIRED_SYSTEMD_CHECKS ok, and the kernel failover check ok. With VMTEST_RUN set (a partial run) the
+# systemd check in REQUIRED_SYSTEMD_CHECKS ok, and the kernel failover check ok; on trixie
+# each check in REQUIRED_SYSTEMD_CHECKS_TRIXIE ok. With VMTEST_RUN set (a partial run) the
 # summary covers what ran and missing counts do not fail the run.
-# Environment: see build-image.sh and run.sh (VMTEST_TIMEOUT, VMTEST_PKGS, ...).
+# Environment: see build-image.sh and run.sh (VMTEST_TIMEOUT, VMTEST_PKGS, ...), and
+#   VMTEST_SUITES   the images to run, in order (default "bookworm trixie"); VMTEST_RUN and
+#                   VMTEST_PKGS, when set, apply to both
 set -uo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,24 +36,93 @@ REQUIRED_SYSTEMD_CHECKS="starts-after-ready namespace-resolv-conf stops-with-age
 	stopped-stays-stopped oneshot-runs-once restarts-after-agent-sigkill walkthrough
 	iouring-socket-refused ptrace-pidfd-refused proc-invisible
 	socket-activated socket-restarts-with-agent container-restarts-with-agent"
+# On trixie (systemd 257): the systemd suites only (TRIXIE_RUN). Required there: every
+# systemd check but the walkthrough and the podman container (Transmission and podman are not
+# in the slim image).
+TRIXIE_RUN='^(TestSystemdIsPID1|TestSystemdNetworkNamespacePath|TestRestrictNetworkInterfaces|TestDistUnitVerifies|TestSystemdConfinement|TestResolverMasksSurvive|TestRestartWithAgent|TestSocketActivated)$'
+REQUIRED_SYSTEMD_CHECKS_TRIXIE=${REQUIRED_SYSTEMD_CHECKS/walkthrough/}
+REQUIRED_SYSTEMD_CHECKS_TRIXIE=${REQUIRED_SYSTEMD_CHECKS_TRIXIE/container-restarts-with-agent/}
+VMTEST_SUITES=${VMTEST_SUITES:-bookworm trixie}
+partial=0
+[ -z "${VMTEST_RUN:-}" ] || partial=1
 
+# image SUITE: build or reuse the suite's image; prints its directory.
+image() {
+	local img
+	if ! img=$(VPNC_VM_SUITE=$1 "$SCRIPT_DIR/build-image.sh" --print-dir); then
+		echo "vm-tier: the $1 VM image could not be built (see [vm-image] above)" >&2
+		return 1
+	fi
+	echo "$img"
+}
+
+# systemd_checks REQUIRED VMSUMMARY: counts the required "systemd-check NAME ok" lines into
+# kok/ktotal and adds to problems what is missing (not in a partial run) or failed.
+systemd_checks() {
+	local c line
+	ktotal=0 kok=0
+	for c in $1; do
+		line=$(grep -E "^systemd-check $c " <<<"$2" | tail -n1)
+		if [ -z "$line" ]; then
+			[ "$partial" = 1 ] || { ktotal=$((ktotal + 1)); problems+=("systemd check $c missing"); }
+			continue
+		fi
+		ktotal=$((ktotal + 1))
+		if [ "${line##* }" = ok ]; then kok=$((kok + 1)); else problems+=("systemd check $c failed"); fi
+	done
+}
+
+# other_failures VMSUMMARY RC: any other check a guest test reported as failed (e.g.
+# exec-check: vpn-agent exec), and a failed run.
+other_failures() {
+	local kind name _
+	while read -r kind name _; do
+		[ -n "$kind" ] && [ "$kind" != systemd-check ] && problems+=("$kind $name failed")
+	done < <(grep -E '^[a-z-]+ [^ ]+ FAIL' <<<"$1")
+	[ "$2" = 0 ] || problems+=("guest tests failed (rc=$2)")
+}
+
+# run_summary LOGDIR RC: "N passed, N failed, ..." of a run (a failed run counts one failure).
+run_summary() {
+	local summary
+	summary=$(sed -n 's/^vmtest: \([0-9]* passed, [0-9]* failed.*\)$/\1/p' "$1/summary" 2>/dev/null)
+	[ -n "$summary" ] || summary="0 passed, 1 failed"
+	if [ "$2" != 0 ] && [[ $summary == *" 0 failed"* ]]; then
+		summary="${summary/ 0 failed/ 1 failed}"
+	fi
+	echo "$summary"
+}
+
+# verdict HEAD LINE RC: prints the summary line (after a "problems:" line when there are
+# any) and returns RC, or 1 when there are problems and RC is 0.
+verdict() {
+	local rc=$3
+	if [ ${#problems[@]} -gt 0 ]; then
+		echo "$1: problems: $(IFS=';'; echo "${problems[*]}" | sed 's/;/; /g')"
+		echo "$1: FAIL: $2"
+		[ "$rc" != 0 ] || rc=1
+	elif [ "$partial" = 1 ]; then
+		echo "$1: partial run (VMTEST_RUN=$VMTEST_RUN): $2"
+	else
+		echo "$1: $2"
+	fi
+	return "$rc"
+}
+
+# --- Debian 12 (bookworm, systemd 252): the whole tier -----------------------------------
+bookworm_tier() {
 T0=$(date +%s)
-if ! IMG=$("$SCRIPT_DIR/build-image.sh" --print-dir); then
-	echo "vm-tier: the VM image could not be built (see [vm-image] above)"
+if ! IMG=$(image bookworm); then
 	echo "vm-tier: 0 passed, 1 failed"
 	echo "vm tier: FAIL: no image"
-	exit 1
+	return 1
 fi
 T1=$(date +%s)
-"$SCRIPT_DIR/run.sh" --image-dir "$IMG"
+VPNC_VM_SUITE=bookworm "$SCRIPT_DIR/run.sh" --image-dir "$IMG"
 rc=$?
 T2=$(date +%s)
 
-summary=$(sed -n 's/^vmtest: \([0-9]* passed, [0-9]* failed.*\)$/\1/p' "$VMTEST_LOGDIR/summary" 2>/dev/null)
-[ -n "$summary" ] || summary="0 passed, 1 failed"
-if [ "$rc" != 0 ] && [[ $summary == *" 0 failed"* ]]; then
-	summary="${summary/ 0 failed/ 1 failed}"
-fi
+summary=$(run_summary "$VMTEST_LOGDIR" "$rc")
 echo "vm-tier: image $((T1 - T0)) s ($(basename "$IMG")), build + boot + tests $((T2 - T1)) s, total $((T2 - T0)) s; logs in $VMTEST_LOGDIR"
 echo "vm-tier: $summary"
 
@@ -54,8 +130,6 @@ echo "vm-tier: $summary"
 results=$VMTEST_LOGDIR/results.log
 vms=$(tr -d '\r' <"$results" 2>/dev/null | sed -n 's/^vmsummary: //p')
 problems=()
-partial=0
-[ -z "${VMTEST_RUN:-}" ] || partial=1
 
 kernel="kernel backend MISSING"
 if grep -q '^kernel-backend ok' <<<"$vms"; then kernel="kernel backend ok"
@@ -102,16 +176,7 @@ if grep -q '^### e2e/e2e.test$' "$results" 2>/dev/null; then
 fi
 [ "$leaks" = 0 ] || problems+=("$leaks leaks")
 
-ktotal=0 kok=0
-for c in $REQUIRED_SYSTEMD_CHECKS; do
-	line=$(grep -E "^systemd-check $c " <<<"$vms" | tail -n1)
-	if [ -z "$line" ]; then
-		[ "$partial" = 1 ] || { ktotal=$((ktotal + 1)); problems+=("systemd check $c missing"); }
-		continue
-	fi
-	ktotal=$((ktotal + 1))
-	if [ "${line##* }" = ok ]; then kok=$((kok + 1)); else problems+=("systemd check $c failed"); fi
-done
+systemd_checks "$REQUIRED_SYSTEMD_CHECKS" "$vms"
 
 # The failover check (failover_test.go): "failover-kernel ok detect=Ns switch=Ns" or
 # "failover-kernel FAIL".
@@ -126,21 +191,46 @@ else
 	problems+=("failover check failed")
 fi
 
-# Any other check a guest test reported as failed (e.g. exec-check: vpn-agent exec).
-while read -r kind name _; do
-	[ -n "$kind" ] && [ "$kind" != systemd-check ] && problems+=("$kind $name failed")
-done < <(grep -E '^[a-z-]+ [^ ]+ FAIL' <<<"$vms")
-[ "$rc" = 0 ] || problems+=("guest tests failed (rc=$rc)")
+other_failures "$vms" "$rc"
 states="$nstates leak states × ${probes:-0} probes"
 [ -z "$e2e" ] || states="$e2e + $nstates × ${probes:-0}"
-line="$kernel, $states, $leaks leaks, systemd checks $kok/$ktotal, $failover"
-if [ ${#problems[@]} -gt 0 ]; then
-	echo "vm tier: problems: $(IFS=';'; echo "${problems[*]}" | sed 's/;/; /g')"
-	echo "vm tier: FAIL: $line"
-	[ "$rc" != 0 ] || rc=1
-elif [ "$partial" = 1 ]; then
-	echo "vm tier: partial run (VMTEST_RUN=$VMTEST_RUN): $line"
-else
-	echo "vm tier: $line"
-fi
-exit "$rc"
+verdict "vm tier" "$kernel, $states, $leaks leaks, systemd checks $kok/$ktotal, $failover" "$rc"
+}
+
+# --- Debian 13 (trixie, systemd 257): the systemd checks ---------------------------------
+trixie_tier() {
+	local T0 T1 T2 IMG rc logdir=$VMTEST_LOGDIR/trixie sd vms summary
+	T0=$(date +%s)
+	mkdir -p "$logdir"
+	rm -f "$logdir/summary"
+	if ! IMG=$(image trixie); then
+		echo "vm-tier (trixie): 0 passed, 1 failed"
+		echo "vm tier (trixie): FAIL: no image"
+		return 1
+	fi
+	T1=$(date +%s)
+	VMTEST_LOGDIR=$logdir VMTEST_PKGS=${VMTEST_PKGS:-./tests/vm/guest} VMTEST_RUN=${VMTEST_RUN:-$TRIXIE_RUN} \
+		"$SCRIPT_DIR/run.sh" --image-dir "$IMG"
+	rc=$?
+	T2=$(date +%s)
+	summary=$(run_summary "$logdir" "$rc")
+	echo "vm-tier (trixie): image $((T1 - T0)) s ($(basename "$IMG")), build + boot + tests $((T2 - T1)) s, total $((T2 - T0)) s; logs in $logdir"
+	echo "vm-tier (trixie): $summary"
+	vms=$(tr -d '\r' <"$logdir/results.log" 2>/dev/null | sed -n 's/^vmsummary: //p')
+	# The guest's systemd, from run-tests.sh's "vm: kernel ..., systemd 257 (257.9-1~deb13u1)".
+	sd=$(tr -d '\r' <"$logdir/results.log" 2>/dev/null | sed -n 's/^vm: kernel .*, systemd \([0-9][0-9]*\) .*/\1/p' | head -n1)
+	problems=()
+	systemd_checks "$REQUIRED_SYSTEMD_CHECKS_TRIXIE" "$vms"
+	other_failures "$vms" "$rc"
+	verdict "vm tier (trixie, systemd ${sd:-?})" "systemd checks $kok/$ktotal" "$rc"
+}
+
+final=0
+for suite in $VMTEST_SUITES; do
+	case $suite in
+	bookworm) bookworm_tier || final=1 ;;
+	trixie) echo; trixie_tier || final=1 ;;
+	*) echo "vm-tier: VMTEST_SUITES: unknown suite $suite (bookworm, trixie)"; final=1 ;;
+	esac
+done
+exit "$final"

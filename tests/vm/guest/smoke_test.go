@@ -167,7 +167,8 @@ func TestNftablesInNamespace(t *testing.T) {
 }
 
 // TestRestrictNetworkInterfaces records whether this systemd enforces
-// RestrictNetworkInterfaces= (semantic 5 of the confinement drop-in). It needs systemd's
+// RestrictNetworkInterfaces= (once semantic 5 of the confinement drop-in; dropped because
+// systemd resolves its names in PID 1's namespace, see docs/vm-tier.md). It needs systemd's
 // BPF framework; Debian 12's systemd 252 is built without it (-BPF_FRAMEWORK) and then
 // ignores the setting without a word. The test fails only when the two disagree: the
 // build claims +BPF_FRAMEWORK but the setting is not enforced.

@@ -93,8 +93,11 @@ echo "end ok"
 	ctl := "vmtest-sockctl-" + f.name + ".service"
 	sockDropIn := run(t, agentBin, "unit", f.name, "--socket")
 	svcDropIn := run(t, agentBin, "unit", f.name, "--config", cfgPath)
-	if !strings.Contains(svcDropIn, " "+names.NSVeth(f.name)) {
-		t.Fatalf("the service drop-in does not allow the host link's %s:\n%s", names.NSVeth(f.name), svcDropIn)
+	// No interface list: systemd 257 (+BPF_FRAMEWORK) resolves RestrictNetworkInterfaces=
+	// names in PID 1's namespace, where vc-NAME and vn-NAME do not exist, and then let the
+	// service use lo only (this check's tunnel echo failed on trixie).
+	if strings.Contains(svcDropIn, "\nRestrictNetworkInterfaces=") {
+		t.Fatalf("the service drop-in restricts interfaces by name:\n%s", svcDropIn)
 	}
 	writeFile(t, "/run/systemd/system/"+sock, fmt.Sprintf("[Socket]\nListenStream=0.0.0.0:%d\nAccept=yes\n", sockPort))
 	writeFile(t, "/run/systemd/system/"+sock+".d/vpn-confinement.conf", sockDropIn)
