@@ -36,8 +36,8 @@
 #                         name upper-cased, - as _; VMTEST_RUN_E2E defaults to ^TestLeakMatrix$
 #                         when tests/e2e has that test and VMTEST_PKGS is not set)
 #   VMTEST_ARGS           extra arguments for the Go test binaries (e.g. -test.short)
-#   VMTEST_TEST_TIMEOUT   per-binary timeout in the guest, seconds (default 900)
-#   VMTEST_TIMEOUT        hard timeout for the whole VM run, seconds (default 1500)
+#   VMTEST_TEST_TIMEOUT   per-binary timeout in the guest, seconds (default 1500)
+#   VMTEST_TIMEOUT        hard timeout for the whole VM run, seconds (default 2400)
 #   VMTEST_MEM / VMTEST_SMP   guest memory in MiB (default 3072) / CPUs (default 2)
 #   VMTEST_LOGDIR         where console.log and results.log go (default tests/vm/out)
 #   VMTEST_EXTRA          a directory copied over the guest root
@@ -59,8 +59,8 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-VMTEST_TIMEOUT=${VMTEST_TIMEOUT:-1500}
-VMTEST_TEST_TIMEOUT=${VMTEST_TEST_TIMEOUT:-900}
+VMTEST_TIMEOUT=${VMTEST_TIMEOUT:-2400}
+VMTEST_TEST_TIMEOUT=${VMTEST_TEST_TIMEOUT:-1500}
 VMTEST_MEM=${VMTEST_MEM:-3072}
 VMTEST_SMP=${VMTEST_SMP:-2}
 VMTEST_LOGDIR=${VMTEST_LOGDIR:-$SCRIPT_DIR/out}
