@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -47,6 +48,12 @@ var (
 	clusterNet4    = netip.MustParsePrefix("10.43.0.0/16")
 	clusterDNS4    = netip.MustParseAddr("10.43.0.10")
 	clusterAnswer4 = netip.MustParseAddr("10.43.1.5")
+	// An echo service in the cluster's range (allowedSubnets), on the
+	// node as the resolver is.
+	clusterEcho4 = netip.AddrPortFrom(netip.MustParseAddr("10.43.1.7"), testbed.EchoPort)
+	// The pod's IPv6 network, with sidecarPodOptions.ipv6.
+	podNode6 = netip.MustParseAddr("fd00:44::1")
+	podAddr6 = netip.MustParseAddr("fd00:44::2")
 )
 
 const (
@@ -70,7 +77,14 @@ type sidecarPod struct {
 	clusterDNS *harness.Process
 }
 
-func newSidecarPod(t *testing.T) *sidecarPod {
+// sidecarPodOptions vary the pod.
+type sidecarPodOptions struct {
+	ipv6 bool // the pod's veth has IPv6 (podAddr6) and a default route by the node
+	// edit, if set, changes the agent's config last.
+	edit func(c *config.Config)
+}
+
+func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 	t.Helper()
 	requireAgent(t)
 	cgRoot := "/sys/fs/cgroup/unified"
@@ -85,22 +99,36 @@ func newSidecarPod(t *testing.T) *sidecarPod {
 	if err := netns.Create(s.pod); err != nil {
 		t.Fatal(err)
 	}
-	err := testbed.AddVeth(testbed.End{NS: tp.Host, Name: podNodeIf, Index: 16, Addrs: []netip.Prefix{netip.PrefixFrom(podNode4, 24)}, NoIPv6: true},
-		testbed.End{NS: s.pod, Name: podIf, Addrs: []netip.Prefix{netip.PrefixFrom(podAddr4, 24)}, NoIPv6: true})
-	if err != nil {
+	node := testbed.End{NS: tp.Host, Name: podNodeIf, Index: 16, Addrs: []netip.Prefix{netip.PrefixFrom(podNode4, 24)}, NoIPv6: !o.ipv6}
+	pod := testbed.End{NS: s.pod, Name: podIf, Addrs: []netip.Prefix{netip.PrefixFrom(podAddr4, 24)}, NoIPv6: !o.ipv6}
+	if o.ipv6 {
+		node.Addrs = append(node.Addrs, netip.PrefixFrom(podNode6, 64))
+		pod.Addrs = append(pod.Addrs, netip.PrefixFrom(podAddr6, 64))
+	}
+	if err := testbed.AddVeth(node, pod); err != nil {
 		t.Fatal(err)
 	}
-	if err := testbed.AddRoute(s.pod, netip.Prefix{}, podNode4); err != nil {
-		t.Fatal(err)
+	gws := []netip.Addr{podNode4}
+	if o.ipv6 {
+		gws = append(gws, podNode6)
+	}
+	for _, gw := range gws {
+		if err := testbed.AddRoute(s.pod, netip.Prefix{}, gw); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The cluster resolver, on the node (reached by the pod's default
 	// route, as a Service address is).
-	if err := testbed.AddrUp(tp.Host, "lo", netip.PrefixFrom(clusterDNS4, 32)); err != nil {
-		t.Fatal(err)
+	for _, a := range []netip.Addr{clusterDNS4, clusterEcho4.Addr()} {
+		if err := testbed.AddrUp(tp.Host, "lo", netip.PrefixFrom(a, 32)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.clusterDNS = tp.StartProcess(t, "clusterdns", tp.Host, env.providerBin, &provider.Config{
-		Zone: map[string][]string{clusterName: {clusterAnswer4.String()}, testbed.TargetName: {testbed.DecoyAnswer4.String()}},
-		DNS:  []string{netip.AddrPortFrom(clusterDNS4, 53).String()},
+		Zone:    map[string][]string{clusterName: {clusterAnswer4.String()}, testbed.TargetName: {testbed.DecoyAnswer4.String()}},
+		DNS:     []string{netip.AddrPortFrom(clusterDNS4, 53).String()},
+		TCPEcho: []string{clusterEcho4.String()},
+		UDPEcho: []string{clusterEcho4.String()},
 	})
 	s.agentCG = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-agent"))
 	s.appCG = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-app"))
@@ -118,6 +146,9 @@ func newSidecarPod(t *testing.T) *sidecarPod {
 		}
 		c.Metrics.Listen = netip.AddrPortFrom(podAddr4, podMetrics).String()
 		c.Health.Probe = &config.Probe{Address: harness.AP(testbed.ProvTunnel4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+		if o.edit != nil {
+			o.edit(c)
+		}
 	}})
 	s.name = tp.Name(testbed.RoleConfined)
 	return s
@@ -205,6 +236,49 @@ func appProbeMain(spec string) int {
 		return 1
 	}
 	return 0
+}
+
+// appRun runs specs with tests/cmd/netprobe in the pod, in the app's
+// cgroup, concurrently; when netprobe cannot run, every result is Failed
+// (a positive row or control then fails, a negative row proves nothing).
+func (s *sidecarPod) appRun(t *testing.T, specs ...probe.Spec) []probe.Result {
+	t.Helper()
+	rs := make([]probe.Result, len(specs))
+	err := env.netprobeErr
+	var stdout, stderr bytes.Buffer
+	if err == nil {
+		var arg []byte
+		arg, err = json.Marshal(specs)
+		cg, cerr := os.Open(s.appCG)
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		defer cg.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, env.netprobeBin, string(arg))
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.SysProcAttr = &unix.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd()), Pdeathsig: unix.SIGKILL}
+		if err == nil {
+			err = testbed.Start(s.pod, cmd)
+		}
+		if err == nil {
+			err = cmd.Wait()
+		}
+	}
+	if err == nil {
+		if err = json.Unmarshal(stdout.Bytes(), &rs); err == nil && len(rs) != len(specs) {
+			err = fmt.Errorf("%d results for %d probes", len(rs), len(specs))
+		}
+	}
+	for i, sp := range specs {
+		if err != nil {
+			rs[i] = probe.Result{Probe: fmt.Sprintf("%s %v", sp.Op, sp.Dst), Outcome: probe.Failed,
+				Err: fmt.Errorf("netprobe: %w: %s%s", err, stderr.String(), stdout.String())}
+		}
+		rs[i].Probe = strings.Replace(rs[i].Probe, probe.Here, "app (cgroup "+filepath.Base(s.appCG)+")", 1)
+	}
+	return rs
 }
 
 // dnsA asks the pod's resolver (the agent's forwarder) for name's A record.
@@ -297,7 +371,7 @@ func podOnly(t *testing.T, phase string, pkts []observe.Packet, secret []byte, a
 // kill switch stays.
 func TestSidecar(t *testing.T) {
 	t.Parallel()
-	s := newSidecarPod(t)
+	s := newSidecarPod(t, sidecarPodOptions{})
 	tp := s.tp
 
 	// Positive controls before the agent: the pod reaches the internet

@@ -260,8 +260,8 @@ func TCPFrom(ns string, local, dst netip.AddrPort) Result {
 }
 
 // Marked is TCP (op OpTCP) or UDPSend (op OpUDPSend) from a socket marked
-// mark with SO_MARK.
-func Marked(ns string, op Op, dst netip.AddrPort, payload []byte, mark uint32) Result {
+// mark with SO_MARK, bound to local if it is valid.
+func Marked(ns string, op Op, local, dst netip.AddrPort, payload []byte, mark uint32) Result {
 	desc := fmt.Sprintf("%s %s mark %#x", op, dst, mark)
 	return in(ns, desc, func() Result {
 		start := time.Now()
@@ -278,9 +278,13 @@ func Marked(ns string, op Op, dst netip.AddrPort, payload []byte, mark uint32) R
 			}
 			return err
 		}
+		d := net.Dialer{Timeout: Timeout, Control: control}
 		switch op {
 		case OpTCP:
-			c, err := (&net.Dialer{Timeout: Timeout, Control: control}).Dial("tcp", dst.String())
+			if local.IsValid() {
+				d.LocalAddr = net.TCPAddrFromAddrPort(local)
+			}
+			c, err := d.Dial("tcp", dst.String())
 			if err == nil {
 				c.Close()
 			}
@@ -289,7 +293,10 @@ func Marked(ns string, op Op, dst netip.AddrPort, payload []byte, mark uint32) R
 			}
 			return Result{}.finish(start, err)
 		case OpUDPSend:
-			c, err := (&net.Dialer{Control: control}).Dial("udp", dst.String())
+			if local.IsValid() {
+				d.LocalAddr = net.UDPAddrFromAddrPort(local)
+			}
+			c, err := d.Dial("udp", dst.String())
 			if err != nil {
 				return Result{Outcome: Failed}.finish(start, err)
 			}

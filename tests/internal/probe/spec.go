@@ -44,14 +44,14 @@ type Spec struct {
 	// Mark, if set, is put on the probe's socket with SO_MARK (needs
 	// CAP_NET_ADMIN or, since Linux 5.17, CAP_NET_RAW): an app passing as
 	// a process whose packets the kill switch lets out by their mark. Only
-	// OpTCP and OpUDPSend take a mark.
+	// OpTCP and OpUDPSend take a mark (and then Local, if valid).
 	Mark uint32 `json:"mark,omitempty"`
 }
 
 // Run runs the probe from namespace ns (Here: the caller's own).
 func (s Spec) Run(ns string) Result {
 	if s.Mark != 0 {
-		return Marked(ns, s.Op, s.Dst, s.Payload, s.Mark)
+		return Marked(ns, s.Op, s.Local, s.Dst, s.Payload, s.Mark)
 	}
 	switch s.Op {
 	case OpTCP:
