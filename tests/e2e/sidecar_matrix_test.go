@@ -50,6 +50,7 @@ var scColumns = []column{
 	{"S1", "sidecar up (the agent confines the pod, tunnel healthy)"},
 	{"S2", "peer unreachable (the provider's WireGuard UDP dropped; /healthz failing)"},
 	{"S3", "agent killed (SIGKILL): the kill switch stays, nothing is left to open it"},
+	{"S4", "failing over: the first server of the pool killed under probe rounds, then after the switch (the tunnel rows' server is dead: no claim; the second server's echo and resolver are the state's positive controls)"},
 }
 
 // scPorts are the local ports that tell the endpoint's TCP rows apart on
@@ -162,6 +163,27 @@ type scWant struct {
 	col                       string
 	tunnel, resolver, cluster want
 	allowed                   want
+	// resolverAnswer is the pod resolver's answer for the internet name:
+	// the active server's resolver's (zero: the first server's).
+	resolverAnswer netip.Addr
+}
+
+// scAct is a state's action: it may run more rounds of the rows (judged
+// with the state's) and count positive controls.
+type scAct struct {
+	round    func()
+	controls int
+	failed   int
+}
+
+func (a *scAct) check(t *testing.T, ok bool, format string, args ...any) {
+	t.Helper()
+	if ok {
+		a.controls++
+		return
+	}
+	a.failed++
+	t.Errorf(format, args...)
 }
 
 // scSite is the pod the sidecar matrix runs on.
@@ -174,7 +196,7 @@ type scSite struct {
 // runSidecar runs the sidecar matrix: controls, S1-S3 and the mutation
 // check.
 func (mx *matrix) runSidecar(t *testing.T) {
-	s := newSidecarPod(t, sidecarPodOptions{ipv6: true})
+	s := newSidecarPod(t, sidecarPodOptions{ipv6: true, pool: true})
 	x := &scSite{t: t, s: s, mx: mx}
 	x.controls()
 
@@ -188,14 +210,38 @@ func (mx *matrix) runSidecar(t *testing.T) {
 	x.state(scWant{col: "S1", tunnel: wantReach, resolver: wantReach, cluster: wantReach, allowed: wantReach}, nil)
 
 	s.tp.BlockWG(t)
-	x.state(scWant{col: "S2", tunnel: wantBlocked, cluster: wantReach, allowed: wantReach}, func() {
+	x.state(scWant{col: "S2", tunnel: wantBlocked, cluster: wantReach, allowed: wantReach}, func(a *scAct) {
 		s.waitHealthz(t, "S2", http.StatusServiceUnavailable, "tunnel dead")
 		mx.note("S2: /healthz answered 503 \"tunnel dead\" before the round")
 	})
 	s.tp.UnblockWG(t)
+	s.waitHealthz(t, "after S2", http.StatusOK, "ok")
 
-	x.state(scWant{col: "S3", tunnel: wantBlocked}, func() {
+	x.state(scWant{col: "S4", cluster: wantReach, allowed: wantReach, resolver: wantReach, resolverAnswer: testbed.Prov2Tunnel4}, func(a *scAct) {
+		died := time.Now()
+		must(t, s.tp.Provider.Kill())
+		var switched time.Duration
+		rounds := 0
+		for time.Since(died) < 60*time.Second {
+			a.round()
+			rounds++
+			if rc, st := s.ag.StatusJSON(t, s.name); rc == 0 && harness.JSONField(st, "server", "index") == 1.0 {
+				switched = time.Since(died)
+				break
+			}
+		}
+		a.check(t, switched > 0, "sidecar S4: the agent did not fail over to the second server within 60s:\n%s", d.Output())
+		r := harness.Eventually(5*time.Second, func() probe.Result {
+			return s.appRun(t, probe.Spec{Op: probe.OpTCPEcho, Dst: harness.AP(testbed.Prov2Tunnel4, testbed.EchoPort), Payload: harness.Marker("sc-pool")})[0]
+		})
+		a.check(t, r.Reached(), "sidecar S4: positive control: the app does not reach the second server's echo through the tunnel: %v", r)
+		mx.note("S4: the first server killed; healthy on the second after %v (%d probe rounds from the app during the switch, all judged); the app reaches %s through the tunnel and the pod resolver answers with the second server's resolver",
+			switched.Round(100*time.Millisecond), rounds, testbed.Prov2Tunnel4)
+	})
+
+	x.state(scWant{col: "S3", tunnel: wantBlocked}, func(a *scAct) {
 		d.Kill()
+		a.round()
 		if !s.killSwitchLoaded(t) {
 			t.Errorf("sidecar S3: the kill switch is gone after SIGKILL")
 		}
@@ -271,7 +317,7 @@ func (x *scSite) controls() {
 			why = "the probe could not run: " + res.String()
 		case r.send && res.Outcome != probe.Sent:
 			why = "not sent: " + res.String()
-		case r.proof&proofLog != 0 && !res.Reached():
+		case !r.send && r.proof&proofLog != 0 && !res.Reached():
 			why = "did not reach its target: " + res.String()
 		case r.proof&proofCapture != 0 && !slices.ContainsFunc(pkts, r.sig):
 			why = "the capture on the pod's veth did not see it: " + res.String()
@@ -292,17 +338,31 @@ func (x *scSite) controls() {
 
 // state runs one sidecar state: capture, act, one round from the app,
 // positive rows retried, judged.
-func (x *scSite) state(sp scWant, act func()) {
+func (x *scSite) state(sp scWant, act func(a *scAct)) {
 	t, mx, s := x.t, x.mx, x.s
 	logs, marks := x.logs(), map[string]int{}
 	for n, p := range logs {
 		marks[n] = p.Mark()
 	}
 	obs, ctl := s.podCapture(t)
-	controls, failed := 1, 0 // the capture's control datagram
-	if act != nil {
-		act()
+	if !sp.resolverAnswer.IsValid() {
+		sp.resolverAnswer = testbed.ProvTunnel4
 	}
+	specs := make([]probe.Spec, len(mx.rows))
+	for i, r := range mx.rows {
+		specs[i] = r.spec
+	}
+	results := map[string][]probe.Result{}
+	round := func() {
+		for i, res := range s.appRun(t, specs...) {
+			results[mx.rows[i].id] = append(results[mx.rows[i].id], res)
+		}
+	}
+	a := &scAct{round: round, controls: 1} // the capture's control datagram
+	if act != nil {
+		act(a)
+	}
+	controls, failed := a.controls, a.failed
 	wantOf := func(r *mrow) want {
 		switch r.kind {
 		case kTunnel:
@@ -321,20 +381,13 @@ func (x *scSite) state(sp scWant, act func()) {
 		case !x.Reached():
 			return false
 		case r.kind == kResolver:
-			return slices.Equal(x.Addrs, []netip.Addr{testbed.ProvTunnel4})
+			return slices.Equal(x.Addrs, []netip.Addr{sp.resolverAnswer})
 		case r.kind == scCluster:
 			return slices.Equal(x.Addrs, []netip.Addr{clusterAnswer4})
 		}
 		return true
 	}
-	specs := make([]probe.Spec, len(mx.rows))
-	for i, r := range mx.rows {
-		specs[i] = r.spec
-	}
-	results := map[string][]probe.Result{}
-	for i, res := range s.appRun(t, specs...) {
-		results[mx.rows[i].id] = append(results[mx.rows[i].id], res)
-	}
+	round()
 	for _, r := range mx.rows {
 		if wantOf(r) == wantReach && !slices.ContainsFunc(results[r.id], func(x probe.Result) bool { return good(r, x) }) {
 			results[r.id] = append(results[r.id], harness.Eventually(4*time.Second, func() probe.Result {
@@ -359,6 +412,7 @@ func (x *scSite) state(sp scWant, act func()) {
 	// capture's control, the agent's cluster DNS or the node's health
 	// checks.
 	allowed := observe.Any(observe.LinkNoise, wgFromPod, observe.Payload(ctl),
+		observe.UDP(netip.AddrPortFrom(podAddr4, 0), harness.AP(testbed.Endpoint2, testbed.WGPort)),
 		observe.UDP(netip.AddrPortFrom(podAddr4, 0), netip.AddrPortFrom(clusterDNS4, 53)),
 		observe.Any(observe.From(podNode4), observe.To(podNode4)))
 	leaks := map[string][]string{}

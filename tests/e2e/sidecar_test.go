@@ -75,11 +75,15 @@ type sidecarPod struct {
 	agentCG    string          // cgroup v2 directories
 	appCG      string
 	clusterDNS *harness.Process
+	prov2      *harness.Process // the pool's second provider (pool)
 }
 
 // sidecarPodOptions vary the pod.
 type sidecarPodOptions struct {
 	ipv6 bool // the pod's veth has IPv6 (podAddr6) and a default route by the node
+	// pool: the agent on a pool of two servers, the topology's provider
+	// then a second one (startPool).
+	pool bool
 	// edit, if set, changes the agent's config last.
 	edit func(c *config.Config)
 }
@@ -139,13 +143,26 @@ func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 		t.Fatal(err)
 	}
 	s.ag = agentproc.Agent{Bin: wrapper, HostNS: s.pod}
+	var files []string
+	probeAt := testbed.ProvTunnel4
+	if o.pool {
+		s.prov2, files = startPool(t, tp, harness.AP(testbed.Endpoint4, testbed.WGPort))
+		// The health probe's target answers through either server.
+		probeAt = testbed.PoolProbe4
+		must(t, tp.Provider.Stop())
+		must(t, provider.WriteConfig(tp.Provider.Config, tp.PoolProviderConfig(tp.Provider.Log)))
+		must(t, tp.Provider.Start())
+	}
 	s.path, _ = tp.AgentConfig(t, harness.AgentOptions{IPv6: "block", Edit: func(c *config.Config) {
+		if o.pool {
+			poolConfig(c, files)
+		}
 		c.Sidecar = &config.SidecarOptions{
 			AllowedSubnets: []string{podNet4.String(), clusterNet4.String()},
 			ClusterDNS:     &config.ClusterDNSOptions{Server: clusterDNS4.String(), Domains: []string{"cluster.local"}},
 		}
 		c.Metrics.Listen = netip.AddrPortFrom(podAddr4, podMetrics).String()
-		c.Health.Probe = &config.Probe{Address: harness.AP(testbed.ProvTunnel4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+		c.Health.Probe = &config.Probe{Address: harness.AP(probeAt, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
 		if o.edit != nil {
 			o.edit(c)
 		}
