@@ -48,7 +48,7 @@ const (
 var scColumns = []column{
 	{"ctl", "positive controls: each negative probe from the same pod namespace and app cgroup before the agent runs (no kill switch) reaches its target, and the capture on the pod's veth or a log sees it (positive rows: state S1)"},
 	{"S1", "sidecar up (the agent confines the pod, tunnel healthy)"},
-	{"S2", "peer unreachable (the provider's WireGuard UDP dropped; /healthz failing)"},
+	{"S2", "peer unreachable: the node drops the pod's WireGuard UDP to every server of the pool (run after S4; /healthz failing)"},
 	{"S3", "agent killed (SIGKILL): the kill switch stays, nothing is left to open it"},
 	{"S4", "failing over: the first server of the pool killed under probe rounds, then after the switch (the tunnel rows' server is dead: no claim; the second server's echo and resolver are the state's positive controls)"},
 }
@@ -209,15 +209,9 @@ func (mx *matrix) runSidecar(t *testing.T) {
 	}
 	x.state(scWant{col: "S1", tunnel: wantReach, resolver: wantReach, cluster: wantReach, allowed: wantReach}, nil)
 
-	s.tp.BlockWG(t)
-	x.state(scWant{col: "S2", tunnel: wantBlocked, cluster: wantReach, allowed: wantReach}, func(a *scAct) {
-		s.waitHealthz(t, "S2", http.StatusServiceUnavailable, "tunnel dead")
-		mx.note("S2: /healthz answered 503 \"tunnel dead\" before the round")
-	})
-	s.tp.UnblockWG(t)
-	s.waitHealthz(t, "after S2", http.StatusOK, "ok")
-
 	x.state(scWant{col: "S4", cluster: wantReach, allowed: wantReach, resolver: wantReach, resolverAnswer: testbed.Prov2Tunnel4}, func(a *scAct) {
+		rc, st := s.ag.StatusJSON(t, s.name)
+		a.check(t, rc == 0 && harness.JSONField(st, "server", "index") == 0.0, "sidecar S4: before the failover the agent should be healthy on the first server: exit %d, server %v", rc, st["server"])
 		died := time.Now()
 		must(t, s.tp.Provider.Kill())
 		var switched time.Duration
@@ -238,6 +232,14 @@ func (mx *matrix) runSidecar(t *testing.T) {
 		mx.note("S4: the first server killed; healthy on the second after %v (%d probe rounds from the app during the switch, all judged); the app reaches %s through the tunnel and the pod resolver answers with the second server's resolver",
 			switched.Round(100*time.Millisecond), rounds, testbed.Prov2Tunnel4)
 	})
+
+	x.blockWG(true)
+	x.state(scWant{col: "S2", tunnel: wantBlocked, cluster: wantReach, allowed: wantReach}, func(a *scAct) {
+		s.waitHealthz(t, "S2", http.StatusServiceUnavailable, "tunnel dead")
+		mx.note("S2: /healthz answered 503 \"tunnel dead\" before the round")
+	})
+	x.blockWG(false)
+	s.waitHealthz(t, "after S2", http.StatusOK, "ok")
 
 	x.state(scWant{col: "S3", tunnel: wantBlocked}, func(a *scAct) {
 		d.Kill()
@@ -271,6 +273,21 @@ func (mx *matrix) runSidecar(t *testing.T) {
 	}
 	mx.note("mutation check: with the agent killed and its kill switch table and policy rules deleted, %d of %d negative rows are LEAK (e.g. %s)",
 		leaked, neg, mut.cells["M"]["udp endpoint 198.18.2.2:51820 SO_MARK"].detail)
+}
+
+// blockWG makes the node drop (or, on false, forward again) the pod's
+// WireGuard UDP to every server: a nft table of the test in the
+// topology's host.
+func (x *scSite) blockWG(on bool) {
+	const table = "vpnc_test_sc_block"
+	tp := x.s.tp
+	if !on {
+		tp.Exec(x.t, tp.Host, "nft", "delete", "table", "inet", table)
+		return
+	}
+	tp.Exec(x.t, tp.Host, "nft", "add", "table", "inet", table)
+	tp.Exec(x.t, tp.Host, "nft", "add", "chain", "inet", table, "drop_wg", "{ type filter hook forward priority -10; }")
+	tp.Exec(x.t, tp.Host, "nft", "add", "rule", "inet", table, "drop_wg", "iifname", podNodeIf, "udp", "dport", fmt.Sprint(testbed.WGPort), "drop")
 }
 
 // scLogs are the logs a sidecar state reads, by server name.
@@ -413,6 +430,11 @@ func (x *scSite) state(sp scWant, act func(a *scAct)) {
 	// checks.
 	allowed := observe.Any(observe.LinkNoise, wgFromPod, observe.Payload(ctl),
 		observe.UDP(netip.AddrPortFrom(podAddr4, 0), harness.AP(testbed.Endpoint2, testbed.WGPort)),
+		// A dead server's port unreachable, to the agent's WireGuard.
+		func(p observe.Packet) bool {
+			return p.Out && p.Proto == observe.ProtoICMP && p.ICMPType == 3 && p.Dst == podAddr4 &&
+				(p.Src == testbed.Endpoint4 || p.Src == testbed.Endpoint2)
+		},
 		observe.UDP(netip.AddrPortFrom(podAddr4, 0), netip.AddrPortFrom(clusterDNS4, 53)),
 		observe.Any(observe.From(podNode4), observe.To(podNode4)))
 	leaks := map[string][]string{}
