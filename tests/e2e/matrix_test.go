@@ -1278,8 +1278,8 @@ func (mx *matrix) render() string {
 	}
 	switch {
 	case mx.sidecar:
-		fmt.Fprintf(&b, "leak matrix (sidecar, backend %s): probes from the app's position in a sidecar pod (tests/cmd/netprobe in the pod's\n", strings.Join(backends, "+"))
-		fmt.Fprintf(&b, "namespace, in a cgroup other than the agent's, as root: CAP_NET_RAW, so SO_MARK) x states;\n")
+		fmt.Fprintf(&b, "leak matrix (sidecar, backend %s): probes from the app's position in a sidecar pod (the test binary re-executed in\n", strings.Join(backends, "+"))
+		fmt.Fprintf(&b, "the pod's namespace, in a cgroup other than the agent's, as root: CAP_NET_RAW, so SO_MARK) x states;\n")
 		fmt.Fprintf(&b, "a capture on the node's end of the pod's veth; logs of the internet decoy and the cluster resolver.\n")
 	case mx.container:
 		fmt.Fprintf(&b, "leak matrix (podman container, backend %s): the matrix's probes from inside a podman container joined to the\n", strings.Join(backends, "+"))

@@ -195,77 +195,32 @@ func makeCgroup(t *testing.T, dir string) string {
 	return dir
 }
 
-// appProbe runs the test binary as an app probe in the pod, in the app's
-// cgroup: "tcp ADDR:PORT PAYLOAD" (an echo through the tunnel) or "udp
-// ADDR:PORT PAYLOAD" (one datagram). Reached: it got its echo, or sent.
+// appProbe runs one probe as the app (appRun): "tcp" is an echo
+// (probe.OpTCPEcho), "udp" one datagram (probe.OpUDPSend). Reached: it got
+// its echo, or sent.
 func (s *sidecarPod) appProbe(t *testing.T, kind string, dst netip.AddrPort, payload []byte) probe.Result {
 	t.Helper()
-	cg, err := os.Open(s.appCG)
-	if err != nil {
-		t.Fatal(err)
+	sp := probe.Spec{Op: probe.OpTCPEcho, Dst: dst, Payload: payload}
+	if kind == "udp" {
+		sp.Op = probe.OpUDPSend
 	}
-	defer cg.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0])
-	cmd.Env = append(os.Environ(), appProbeEnv+"="+kind+" "+dst.String()+" "+string(payload))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &unix.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd()), Pdeathsig: unix.SIGKILL}
-	r := probe.Result{Probe: "app (cgroup " + filepath.Base(s.appCG) + ") " + kind + " " + dst.String()}
-	if err := testbed.Start(s.pod, cmd); err != nil {
-		r.Outcome, r.Err = probe.Failed, err
-		return r
+	r := s.appRun(t, sp)[0]
+	if r.Outcome == probe.Sent {
+		r.Outcome = probe.Reached
 	}
-	if err := cmd.Wait(); err != nil {
-		r.Outcome, r.Err = probe.Rejected, fmt.Errorf("%v: %s", err, strings.TrimSpace(out.String()))
-		return r
-	}
-	r.Outcome = probe.Reached
 	return r
 }
 
-// appProbeMain is the test binary as an app probe (see appProbe): exit 0
-// when it got its echo (tcp) or sent (udp), 1 otherwise.
-func appProbeMain(spec string) int {
-	f := strings.SplitN(spec, " ", 3)
-	if len(f) != 3 {
-		fmt.Fprintln(os.Stderr, "app probe: bad spec", spec)
-		return 2
-	}
-	c, err := net.DialTimeout(f[0], f[1], 2*time.Second)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "app probe:", err)
-		return 1
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte(f[2])); err != nil {
-		fmt.Fprintln(os.Stderr, "app probe:", err)
-		return 1
-	}
-	if f[0] == "udp" {
-		return 0
-	}
-	got := make([]byte, len(f[2]))
-	if _, err := io.ReadFull(c, got); err != nil || string(got) != f[2] {
-		fmt.Fprintln(os.Stderr, "app probe: no echo:", err)
-		return 1
-	}
-	return 0
-}
-
-// appRun runs specs with tests/cmd/netprobe in the pod, in the app's
-// cgroup, concurrently; when netprobe cannot run, every result is Failed
-// (a positive row or control then fails, a negative row proves nothing).
+// appRun runs specs as the app: the test binary re-executed in the pod,
+// in the app's cgroup (appProbeMain), concurrently. When it cannot run,
+// every result is Failed (a positive row or control then fails, a
+// negative row proves nothing).
 func (s *sidecarPod) appRun(t *testing.T, specs ...probe.Spec) []probe.Result {
 	t.Helper()
 	rs := make([]probe.Result, len(specs))
-	err := env.netprobeErr
 	var stdout, stderr bytes.Buffer
+	arg, err := json.Marshal(specs)
 	if err == nil {
-		var arg []byte
-		arg, err = json.Marshal(specs)
 		cg, cerr := os.Open(s.appCG)
 		if cerr != nil {
 			t.Fatal(cerr)
@@ -273,13 +228,11 @@ func (s *sidecarPod) appRun(t *testing.T, specs ...probe.Spec) []probe.Result {
 		defer cg.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, env.netprobeBin, string(arg))
+		cmd := exec.CommandContext(ctx, os.Args[0])
+		cmd.Env = append(os.Environ(), appProbeEnv+"="+string(arg))
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		cmd.SysProcAttr = &unix.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd()), Pdeathsig: unix.SIGKILL}
-		if err == nil {
-			err = testbed.Start(s.pod, cmd)
-		}
-		if err == nil {
+		if err = testbed.Start(s.pod, cmd); err == nil {
 			err = cmd.Wait()
 		}
 	}
@@ -291,11 +244,27 @@ func (s *sidecarPod) appRun(t *testing.T, specs ...probe.Spec) []probe.Result {
 	for i, sp := range specs {
 		if err != nil {
 			rs[i] = probe.Result{Probe: fmt.Sprintf("%s %v", sp.Op, sp.Dst), Outcome: probe.Failed,
-				Err: fmt.Errorf("netprobe: %w: %s%s", err, stderr.String(), stdout.String())}
+				Err: fmt.Errorf("app probe: %w: %s%s", err, stderr.String(), stdout.String())}
 		}
 		rs[i].Probe = strings.Replace(rs[i].Probe, probe.Here, "app (cgroup "+filepath.Base(s.appCG)+")", 1)
 	}
 	return rs
+}
+
+// appProbeMain is the test binary as the app (see appRun): it runs the
+// JSON array of probe specs it is given and prints their results as JSON,
+// as tests/cmd/netprobe does; 2 on bad input.
+func appProbeMain(specs string) int {
+	var sp []probe.Spec
+	if err := json.Unmarshal([]byte(specs), &sp); err != nil {
+		fmt.Fprintln(os.Stderr, "app probe:", err)
+		return 2
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(probe.RunAll(probe.Here, sp...)); err != nil {
+		fmt.Fprintln(os.Stderr, "app probe:", err)
+		return 1
+	}
+	return 0
 }
 
 // dnsA asks the pod's resolver (the agent's forwarder) for name's A record.

@@ -72,6 +72,16 @@ func (s Spec) Run(ns string) Result {
 	return Result{Probe: fmt.Sprintf("%q from %s", s.Op, ns), Outcome: Failed, Err: fmt.Errorf("unknown probe %q", s.Op)}
 }
 
+// RunAll runs specs from namespace ns (Here: the caller's own),
+// concurrently, and returns their results in order.
+func RunAll(ns string, specs ...Spec) []Result {
+	fns := make([]func() Result, len(specs))
+	for i, s := range specs {
+		fns[i] = func() Result { return s.Run(ns) }
+	}
+	return All(fns...)
+}
+
 // wireResult is a Result in JSON (Err as its text).
 type wireResult struct {
 	Probe   string        `json:"probe"`
