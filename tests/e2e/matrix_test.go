@@ -51,6 +51,10 @@ import (
 // first topology and F (after the switch) and D on the third, each right
 // after the namespace's own state, with its own control column (the same
 // container on the host and LAN namespaces) and table.
+//
+// The sidecar matrix (sidecar_matrix_test.go) runs its own rows as the app
+// of a sidecar pod (TestSidecar's) on a fourth topology, in states S1-S4,
+// with its own control column and table, and a mutation check.
 func TestLeakMatrix(t *testing.T) {
 	requireAgent(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
