@@ -51,6 +51,10 @@ import (
 // first topology and F (after the switch) and D on the third, each right
 // after the namespace's own state, with its own control column (the same
 // container on the host and LAN namespaces) and table.
+//
+// The sidecar matrix (sidecar_matrix_test.go) runs its own rows as the app
+// of a sidecar pod (TestSidecar's) on a fourth topology, in states S1-S4,
+// with its own control column and table, and a mutation check.
 func TestLeakMatrix(t *testing.T) {
 	requireAgent(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
@@ -66,6 +70,8 @@ func TestLeakMatrix(t *testing.T) {
 		}
 		mx.ctr = newCtrMatrix(mx.rows)
 	}
+	sc := newMatrix(scRows())
+	sc.sidecar, sc.columns = true, scColumns
 	t.Run("sites", func(t *testing.T) {
 		t.Run("ipv6-tunnel", func(t *testing.T) {
 			t.Parallel()
@@ -79,12 +85,26 @@ func TestLeakMatrix(t *testing.T) {
 			t.Parallel()
 			mx.runPool(t)
 		})
+		t.Run("sidecar", func(t *testing.T) {
+			t.Parallel()
+			defer func() {
+				if t.Skipped() {
+					sc.skipped = "skipped (see the sidecar subtest)"
+				}
+			}()
+			sc.runSidecar(t)
+		})
 	})
-	// The container matrix first: the report ends with the "leak matrix:"
-	// line (tests/vm/ci.sh reads it).
-	text := "leak matrix (podman container): not run: " + mx.ctrSkipped + "\n\n"
+	// The sidecar and container matrices first: the report ends with the
+	// "leak matrix:" line (tests/vm/ci.sh reads it).
+	text := sc.render() + "\n"
+	if sc.skipped != "" {
+		text = "leak matrix (sidecar): not run: " + sc.skipped + "\n\n"
+	}
 	if mx.ctr != nil {
-		text = mx.ctr.render() + "\n"
+		text += mx.ctr.render() + "\n"
+	} else {
+		text += "leak matrix (podman container): not run: " + mx.ctrSkipped + "\n\n"
 	}
 	text += mx.render()
 	t.Log("\n" + text)
@@ -97,6 +117,9 @@ func TestLeakMatrix(t *testing.T) {
 		if n := mx.ctr.count("LEAK"); n > 0 {
 			t.Errorf("the container leak matrix has %d LEAK cells (see the table)", n)
 		}
+	}
+	if n := sc.count("LEAK"); n > 0 {
+		t.Errorf("the sidecar leak matrix has %d LEAK cells (see the table)", n)
 	}
 }
 
@@ -519,10 +542,16 @@ type matrix struct {
 	// confined namespace (the site's ctr), their controls from containers
 	// on the topology's host and LAN namespaces (podman_matrix_test.go).
 	container bool
+	// sidecar: the rows run from the app's position in a sidecar pod
+	// (sidecar_matrix_test.go).
+	sidecar bool
 	// ctr is the matrix of the container states, run alongside this one's
 	// (nil when podman is missing; ctrSkipped says why).
 	ctr        *matrix
 	ctrSkipped string
+	// skipped says why a matrix did not run (the sidecar matrix without
+	// cgroup v2).
+	skipped string
 	// quiet: LEAK cells are expected (the mutation check); do not fail.
 	quiet bool
 	mu    sync.Mutex
@@ -1251,13 +1280,20 @@ func (mx *matrix) render() string {
 	for _, id := range ids {
 		width = max(width, len(id))
 	}
-	if mx.container {
+	switch {
+	case mx.sidecar:
+		fmt.Fprintf(&b, "leak matrix (sidecar, backend %s): probes from the app's position in a sidecar pod (the test binary re-executed in\n", strings.Join(backends, "+"))
+		fmt.Fprintf(&b, "the pod's namespace, in a cgroup other than the agent's, as root: CAP_NET_RAW, so SO_MARK) x states;\n")
+		fmt.Fprintf(&b, "a capture on the node's end of the pod's veth; logs of the internet decoy and the cluster resolver.\n")
+	case mx.container:
 		fmt.Fprintf(&b, "leak matrix (podman container, backend %s): the matrix's probes from inside a podman container joined to the\n", strings.Join(backends, "+"))
 		fmt.Fprintf(&b, "confined namespace with the flags of `vpn-agent podman-flags` (tests/cmd/netprobe, static, in the container's root) x states;\n")
-	} else {
+	default:
 		fmt.Fprintf(&b, "leak matrix (backend %s): probes from inside the confined namespace x states;\n", strings.Join(backends, "+"))
 	}
-	fmt.Fprintf(&b, "captures on the host uplink, the host's LAN link and the host-link veth; logs of every decoy.\n")
+	if !mx.sidecar {
+		fmt.Fprintf(&b, "captures on the host uplink, the host's LAN link and the host-link veth; logs of every decoy.\n")
+	}
 	fmt.Fprintf(&b, "ok = blocked / behaved as expected, LEAK#n = escaped (the packet is listed below), FAIL#n = a positive control failed, - = not run\n")
 	for _, c := range mx.columns {
 		fmt.Fprintf(&b, "  %-3s %s\n", c.id, c.title)
@@ -1287,6 +1323,9 @@ func (mx *matrix) render() string {
 						s = ""
 					} else {
 						s = "(1)" // tunnel rows: the control is state 1
+						if mx.sidecar {
+							s = "(S1)"
+						}
 					}
 				}
 			case s == "LEAK" || s == "FAIL":
@@ -1317,6 +1356,9 @@ func (mx *matrix) render() string {
 	name := "leak matrix"
 	if mx.container {
 		name += " (podman container)"
+	}
+	if mx.sidecar {
+		name += " (sidecar)"
 	}
 	line := fmt.Sprintf("%s: %d probes, %d states, %d leaks, %d positive controls passed", name, len(mx.rows), states, leaks, mx.controls)
 	if mx.failed > 0 {

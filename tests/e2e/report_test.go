@@ -8,7 +8,8 @@ import (
 )
 
 // The report TestMain writes to $VPNC_MATRIX_REPORT after the run: the
-// fault suite's one-line summaries, then the container matrix (its
+// fault suite's one-line summaries, then the sidecar matrix (its "leak
+// matrix (sidecar): ..." line, or why it did not run), the container matrix (its
 // "leak matrix (podman container): ..." line, or why it did not run) and
 // the leak matrix (which ends with the "leak matrix: ..." line). Nothing is written when the matrix did not
 // run (e.g. -run selected other tests).

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -47,6 +48,12 @@ var (
 	clusterNet4    = netip.MustParsePrefix("10.43.0.0/16")
 	clusterDNS4    = netip.MustParseAddr("10.43.0.10")
 	clusterAnswer4 = netip.MustParseAddr("10.43.1.5")
+	// An echo service in the cluster's range (allowedSubnets), on the
+	// node as the resolver is.
+	clusterEcho4 = netip.AddrPortFrom(netip.MustParseAddr("10.43.1.7"), testbed.EchoPort)
+	// The pod's IPv6 network, with sidecarPodOptions.ipv6.
+	podNode6 = netip.MustParseAddr("fd00:44::1")
+	podAddr6 = netip.MustParseAddr("fd00:44::2")
 )
 
 const (
@@ -68,9 +75,20 @@ type sidecarPod struct {
 	agentCG    string          // cgroup v2 directories
 	appCG      string
 	clusterDNS *harness.Process
+	prov2      *harness.Process // the pool's second provider (pool)
 }
 
-func newSidecarPod(t *testing.T) *sidecarPod {
+// sidecarPodOptions vary the pod.
+type sidecarPodOptions struct {
+	ipv6 bool // the pod's veth has IPv6 (podAddr6) and a default route by the node
+	// pool: the agent on a pool of two servers, the topology's provider
+	// then a second one (startPool).
+	pool bool
+	// edit, if set, changes the agent's config last.
+	edit func(c *config.Config)
+}
+
+func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 	t.Helper()
 	requireAgent(t)
 	cgRoot := "/sys/fs/cgroup/unified"
@@ -85,22 +103,36 @@ func newSidecarPod(t *testing.T) *sidecarPod {
 	if err := netns.Create(s.pod); err != nil {
 		t.Fatal(err)
 	}
-	err := testbed.AddVeth(testbed.End{NS: tp.Host, Name: podNodeIf, Index: 16, Addrs: []netip.Prefix{netip.PrefixFrom(podNode4, 24)}, NoIPv6: true},
-		testbed.End{NS: s.pod, Name: podIf, Addrs: []netip.Prefix{netip.PrefixFrom(podAddr4, 24)}, NoIPv6: true})
-	if err != nil {
+	node := testbed.End{NS: tp.Host, Name: podNodeIf, Index: 16, Addrs: []netip.Prefix{netip.PrefixFrom(podNode4, 24)}, NoIPv6: !o.ipv6}
+	pod := testbed.End{NS: s.pod, Name: podIf, Addrs: []netip.Prefix{netip.PrefixFrom(podAddr4, 24)}, NoIPv6: !o.ipv6}
+	if o.ipv6 {
+		node.Addrs = append(node.Addrs, netip.PrefixFrom(podNode6, 64))
+		pod.Addrs = append(pod.Addrs, netip.PrefixFrom(podAddr6, 64))
+	}
+	if err := testbed.AddVeth(node, pod); err != nil {
 		t.Fatal(err)
 	}
-	if err := testbed.AddRoute(s.pod, netip.Prefix{}, podNode4); err != nil {
-		t.Fatal(err)
+	gws := []netip.Addr{podNode4}
+	if o.ipv6 {
+		gws = append(gws, podNode6)
+	}
+	for _, gw := range gws {
+		if err := testbed.AddRoute(s.pod, netip.Prefix{}, gw); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The cluster resolver, on the node (reached by the pod's default
 	// route, as a Service address is).
-	if err := testbed.AddrUp(tp.Host, "lo", netip.PrefixFrom(clusterDNS4, 32)); err != nil {
-		t.Fatal(err)
+	for _, a := range []netip.Addr{clusterDNS4, clusterEcho4.Addr()} {
+		if err := testbed.AddrUp(tp.Host, "lo", netip.PrefixFrom(a, 32)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.clusterDNS = tp.StartProcess(t, "clusterdns", tp.Host, env.providerBin, &provider.Config{
-		Zone: map[string][]string{clusterName: {clusterAnswer4.String()}, testbed.TargetName: {testbed.DecoyAnswer4.String()}},
-		DNS:  []string{netip.AddrPortFrom(clusterDNS4, 53).String()},
+		Zone:    map[string][]string{clusterName: {clusterAnswer4.String()}, testbed.TargetName: {testbed.DecoyAnswer4.String()}},
+		DNS:     []string{netip.AddrPortFrom(clusterDNS4, 53).String()},
+		TCPEcho: []string{clusterEcho4.String()},
+		UDPEcho: []string{clusterEcho4.String()},
 	})
 	s.agentCG = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-agent"))
 	s.appCG = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-app"))
@@ -111,13 +143,29 @@ func newSidecarPod(t *testing.T) *sidecarPod {
 		t.Fatal(err)
 	}
 	s.ag = agentproc.Agent{Bin: wrapper, HostNS: s.pod}
+	var files []string
+	probeAt := testbed.ProvTunnel4
+	if o.pool {
+		s.prov2, files = startPool(t, tp, harness.AP(testbed.Endpoint4, testbed.WGPort))
+		// The health probe's target answers through either server.
+		probeAt = testbed.PoolProbe4
+		must(t, tp.Provider.Stop())
+		must(t, provider.WriteConfig(tp.Provider.Config, tp.PoolProviderConfig(tp.Provider.Log)))
+		must(t, tp.Provider.Start())
+	}
 	s.path, _ = tp.AgentConfig(t, harness.AgentOptions{IPv6: "block", Edit: func(c *config.Config) {
+		if o.pool {
+			poolConfig(c, files)
+		}
 		c.Sidecar = &config.SidecarOptions{
 			AllowedSubnets: []string{podNet4.String(), clusterNet4.String()},
 			ClusterDNS:     &config.ClusterDNSOptions{Server: clusterDNS4.String(), Domains: []string{"cluster.local"}},
 		}
 		c.Metrics.Listen = netip.AddrPortFrom(podAddr4, podMetrics).String()
-		c.Health.Probe = &config.Probe{Address: harness.AP(testbed.ProvTunnel4, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+		c.Health.Probe = &config.Probe{Address: harness.AP(probeAt, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+		if o.edit != nil {
+			o.edit(c)
+		}
 	}})
 	s.name = tp.Name(testbed.RoleConfined)
 	return s
@@ -147,61 +195,73 @@ func makeCgroup(t *testing.T, dir string) string {
 	return dir
 }
 
-// appProbe runs the test binary as an app probe in the pod, in the app's
-// cgroup: "tcp ADDR:PORT PAYLOAD" (an echo through the tunnel) or "udp
-// ADDR:PORT PAYLOAD" (one datagram). Reached: it got its echo, or sent.
+// appProbe runs one probe as the app (appRun): "tcp" is an echo
+// (probe.OpTCPEcho), "udp" one datagram (probe.OpUDPSend). Reached: it got
+// its echo, or sent.
 func (s *sidecarPod) appProbe(t *testing.T, kind string, dst netip.AddrPort, payload []byte) probe.Result {
 	t.Helper()
-	cg, err := os.Open(s.appCG)
-	if err != nil {
-		t.Fatal(err)
+	sp := probe.Spec{Op: probe.OpTCPEcho, Dst: dst, Payload: payload}
+	if kind == "udp" {
+		sp.Op = probe.OpUDPSend
 	}
-	defer cg.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0])
-	cmd.Env = append(os.Environ(), appProbeEnv+"="+kind+" "+dst.String()+" "+string(payload))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &unix.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd()), Pdeathsig: unix.SIGKILL}
-	r := probe.Result{Probe: "app (cgroup " + filepath.Base(s.appCG) + ") " + kind + " " + dst.String()}
-	if err := testbed.Start(s.pod, cmd); err != nil {
-		r.Outcome, r.Err = probe.Failed, err
-		return r
+	r := s.appRun(t, sp)[0]
+	if r.Outcome == probe.Sent {
+		r.Outcome = probe.Reached
 	}
-	if err := cmd.Wait(); err != nil {
-		r.Outcome, r.Err = probe.Rejected, fmt.Errorf("%v: %s", err, strings.TrimSpace(out.String()))
-		return r
-	}
-	r.Outcome = probe.Reached
 	return r
 }
 
-// appProbeMain is the test binary as an app probe (see appProbe): exit 0
-// when it got its echo (tcp) or sent (udp), 1 otherwise.
-func appProbeMain(spec string) int {
-	f := strings.SplitN(spec, " ", 3)
-	if len(f) != 3 {
-		fmt.Fprintln(os.Stderr, "app probe: bad spec", spec)
+// appRun runs specs as the app: the test binary re-executed in the pod,
+// in the app's cgroup (appProbeMain), concurrently. When it cannot run,
+// every result is Failed (a positive row or control then fails, a
+// negative row proves nothing).
+func (s *sidecarPod) appRun(t *testing.T, specs ...probe.Spec) []probe.Result {
+	t.Helper()
+	rs := make([]probe.Result, len(specs))
+	var stdout, stderr bytes.Buffer
+	arg, err := json.Marshal(specs)
+	if err == nil {
+		cg, cerr := os.Open(s.appCG)
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		defer cg.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0])
+		cmd.Env = append(os.Environ(), appProbeEnv+"="+string(arg))
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.SysProcAttr = &unix.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd()), Pdeathsig: unix.SIGKILL}
+		if err = testbed.Start(s.pod, cmd); err == nil {
+			err = cmd.Wait()
+		}
+	}
+	if err == nil {
+		if err = json.Unmarshal(stdout.Bytes(), &rs); err == nil && len(rs) != len(specs) {
+			err = fmt.Errorf("%d results for %d probes", len(rs), len(specs))
+		}
+	}
+	for i, sp := range specs {
+		if err != nil {
+			rs[i] = probe.Result{Probe: fmt.Sprintf("%s %v", sp.Op, sp.Dst), Outcome: probe.Failed,
+				Err: fmt.Errorf("app probe: %w: %s%s", err, stderr.String(), stdout.String())}
+		}
+		rs[i].Probe = strings.Replace(rs[i].Probe, probe.Here, "app (cgroup "+filepath.Base(s.appCG)+")", 1)
+	}
+	return rs
+}
+
+// appProbeMain is the test binary as the app (see appRun): it runs the
+// JSON array of probe specs it is given and prints their results as JSON,
+// as tests/cmd/netprobe does; 2 on bad input.
+func appProbeMain(specs string) int {
+	var sp []probe.Spec
+	if err := json.Unmarshal([]byte(specs), &sp); err != nil {
+		fmt.Fprintln(os.Stderr, "app probe:", err)
 		return 2
 	}
-	c, err := net.DialTimeout(f[0], f[1], 2*time.Second)
-	if err != nil {
+	if err := json.NewEncoder(os.Stdout).Encode(probe.RunAll(probe.Here, sp...)); err != nil {
 		fmt.Fprintln(os.Stderr, "app probe:", err)
-		return 1
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte(f[2])); err != nil {
-		fmt.Fprintln(os.Stderr, "app probe:", err)
-		return 1
-	}
-	if f[0] == "udp" {
-		return 0
-	}
-	got := make([]byte, len(f[2]))
-	if _, err := io.ReadFull(c, got); err != nil || string(got) != f[2] {
-		fmt.Fprintln(os.Stderr, "app probe: no echo:", err)
 		return 1
 	}
 	return 0
@@ -297,7 +357,7 @@ func podOnly(t *testing.T, phase string, pkts []observe.Packet, secret []byte, a
 // kill switch stays.
 func TestSidecar(t *testing.T) {
 	t.Parallel()
-	s := newSidecarPod(t)
+	s := newSidecarPod(t, sidecarPodOptions{})
 	tp := s.tp
 
 	// Positive controls before the agent: the pod reaches the internet

@@ -153,30 +153,45 @@ func newSite(t *testing.T, o siteOptions) *site {
 // of two wg-quick files: the topology's provider, then the second.
 func (s *site) addPool(t *testing.T) {
 	t.Helper()
-	tp := s.tp
+	var files []string
+	s.prov2, files = startPool(t, s.tp, s.endpoint)
+	s.poolEndpoints = []netip.AddrPort{harness.AP(testbed.Endpoint2, testbed.WGPort)}
+	base := s.opts.Edit
+	s.opts.Edit = func(c *config.Config) {
+		base(c)
+		poolConfig(c, files)
+	}
+}
+
+// startPool adds and starts the topology's second provider (with a
+// NAT-PMP gateway) and writes the pool's two wg-quick files: the
+// topology's provider at endpoint, then the second.
+func startPool(t *testing.T, tp *harness.Topo, endpoint netip.AddrPort) (*harness.Process, []string) {
+	t.Helper()
 	p2, err := tp.AddProvider2()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p2cfg := p2.Config("")
 	p2cfg.NATPMP = p2.NATPMP(provider.StyleProton)
-	s.prov2 = tp.StartProcess(t, "prov2", p2.NS, env.providerBin, p2cfg)
-	s.poolEndpoints = []netip.AddrPort{harness.AP(testbed.Endpoint2, testbed.WGPort)}
+	prov2 := tp.StartProcess(t, "prov2", p2.NS, env.providerBin, p2cfg)
 	a, b := filepath.Join(tp.Dir, "pool-a.conf"), filepath.Join(tp.Dir, "pool-b.conf")
 	for f, text := range map[string]string{
-		a: testbed.WGQuick(tp.ClientKey, testbed.ClientTunnel4, testbed.ProvTunnel4, tp.ProvKey, s.endpoint.String()),
+		a: testbed.WGQuick(tp.ClientKey, testbed.ClientTunnel4, testbed.ProvTunnel4, tp.ProvKey, endpoint.String()),
 		b: testbed.WGQuick(p2.ClientKey, testbed.Client2Tunnel4, testbed.Prov2Tunnel4, p2.ProvKey, harness.AP(testbed.Endpoint2, testbed.WGPort).String()),
 	} {
 		if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	base := s.opts.Edit
-	s.opts.Edit = func(c *config.Config) {
-		base(c)
-		c.WireGuard = config.WireGuard{ConfigFiles: []string{a, b}}
-		c.DNS.Servers = nil
-	}
+	return prov2, []string{a, b}
+}
+
+// poolConfig makes c's servers the pool's wg-quick files (their DNS
+// lines name each server's resolver).
+func poolConfig(c *config.Config, files []string) {
+	c.WireGuard = config.WireGuard{ConfigFiles: files}
+	c.DNS.Servers = nil
 }
 
 // expectBackend is the backend the agent will resolve want to here:

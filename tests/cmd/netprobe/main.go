@@ -27,11 +27,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "netprobe: SPECS: %v (want a JSON array of probe specs)\n", err)
 		os.Exit(2)
 	}
-	fns := make([]func() probe.Result, len(specs))
-	for i, s := range specs {
-		fns[i] = func() probe.Result { return s.Run(probe.Here) }
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(probe.All(fns...)); err != nil {
+	if err := json.NewEncoder(os.Stdout).Encode(probe.RunAll(probe.Here, specs...)); err != nil {
 		fmt.Fprintln(os.Stderr, "netprobe:", err)
 		os.Exit(1)
 	}

@@ -258,3 +258,54 @@ func TCPFrom(ns string, local, dst netip.AddrPort) Result {
 		return Result{}.finish(start, err)
 	})
 }
+
+// Marked is TCP (op OpTCP) or UDPSend (op OpUDPSend) from a socket marked
+// mark with SO_MARK, bound to local if it is valid.
+func Marked(ns string, op Op, local, dst netip.AddrPort, payload []byte, mark uint32) Result {
+	desc := fmt.Sprintf("%s %s mark %#x", op, dst, mark)
+	return in(ns, desc, func() Result {
+		start := time.Now()
+		// A refused SO_MARK is Failed, not Rejected: the probe could not
+		// pass as marked, so it proves nothing.
+		var markErr error
+		control := func(_, _ string, rc syscall.RawConn) error {
+			err := rc.Control(func(fd uintptr) {
+				markErr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, int(mark))
+			})
+			if markErr != nil {
+				markErr = fmt.Errorf("SO_MARK: %w", markErr)
+				return markErr
+			}
+			return err
+		}
+		d := net.Dialer{Timeout: Timeout, Control: control}
+		switch op {
+		case OpTCP:
+			if local.IsValid() {
+				d.LocalAddr = net.TCPAddrFromAddrPort(local)
+			}
+			c, err := d.Dial("tcp", dst.String())
+			if err == nil {
+				c.Close()
+			}
+			if markErr != nil {
+				return Result{Outcome: Failed}.finish(start, markErr)
+			}
+			return Result{}.finish(start, err)
+		case OpUDPSend:
+			if local.IsValid() {
+				d.LocalAddr = net.UDPAddrFromAddrPort(local)
+			}
+			c, err := d.Dial("udp", dst.String())
+			if err != nil {
+				return Result{Outcome: Failed}.finish(start, err)
+			}
+			defer c.Close()
+			if _, err := c.Write(payload); err != nil {
+				return Result{}.finish(start, err)
+			}
+			return Result{Outcome: Sent}.finish(start, nil)
+		}
+		return Result{Outcome: Failed}.finish(start, fmt.Errorf("probe %q takes no mark", op))
+	})
+}

@@ -41,10 +41,18 @@ type Spec struct {
 	Name    string          `json:"name,omitempty"`
 	QType   dnsmessage.Type `json:"qtype,omitempty"`
 	Payload []byte          `json:"payload,omitempty"`
+	// Mark, if set, is put on the probe's socket with SO_MARK (needs
+	// CAP_NET_ADMIN or, since Linux 5.17, CAP_NET_RAW): an app passing as
+	// a process whose packets the kill switch lets out by their mark. Only
+	// OpTCP and OpUDPSend take a mark (and then Local, if valid).
+	Mark uint32 `json:"mark,omitempty"`
 }
 
 // Run runs the probe from namespace ns (Here: the caller's own).
 func (s Spec) Run(ns string) Result {
+	if s.Mark != 0 {
+		return Marked(ns, s.Op, s.Local, s.Dst, s.Payload, s.Mark)
+	}
 	switch s.Op {
 	case OpTCP:
 		return TCP(ns, s.Dst)
@@ -62,6 +70,16 @@ func (s Spec) Run(ns string) Result {
 		return DNS(ns, s.Dst, s.Network, s.Name, s.QType)
 	}
 	return Result{Probe: fmt.Sprintf("%q from %s", s.Op, ns), Outcome: Failed, Err: fmt.Errorf("unknown probe %q", s.Op)}
+}
+
+// RunAll runs specs from namespace ns (Here: the caller's own),
+// concurrently, and returns their results in order.
+func RunAll(ns string, specs ...Spec) []Result {
+	fns := make([]func() Result, len(specs))
+	for i, s := range specs {
+		fns[i] = func() Result { return s.Run(ns) }
+	}
+	return All(fns...)
 }
 
 // wireResult is a Result in JSON (Err as its text).

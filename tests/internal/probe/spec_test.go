@@ -20,6 +20,7 @@ func TestSpecResultJSON(t *testing.T) {
 		{Op: OpTCPFrom, Local: netip.MustParseAddrPort("198.19.0.2:80"), Dst: netip.MustParseAddrPort("198.18.3.2:7")},
 		{Op: OpUDPSend, Dst: netip.MustParseAddrPort("255.255.255.255:9"), Payload: []byte("vpnc-mx-05-\x00\xff")},
 		{Op: OpPing, Dst: netip.AddrPortFrom(netip.MustParseAddr("fd66::1"), 0)},
+		{Op: OpUDPSend, Dst: netip.MustParseAddrPort("198.51.100.1:51820"), Payload: []byte("m"), Mark: 51820},
 	}
 	b, err := json.Marshal(specs)
 	if err != nil {
