@@ -64,6 +64,33 @@ func TestParseModes(t *testing.T) {
 	}
 }
 
+// TestSidecarMode: the sidecar mode is parsed by name, opt-in (not among
+// the defaults, see TestNormalizeProfiles), a vpn-agent data plane (its
+// CPU and peak RSS are recorded as the agent's) reached at the tunnel
+// server, and it alternates with host mode and the reference.
+func TestSidecarMode(t *testing.T) {
+	m, err := ParseModes("tunnel+policy,sidecar,reference")
+	if err != nil || !slices.Equal(m, []Mode{ModePolicy, ModeSidecar, ModeReference}) {
+		t.Fatalf("ParseModes = %v, %v", m, err)
+	}
+	if _, err := ParseModes("sidecar,sidecar"); err == nil {
+		t.Error("a repeated sidecar mode was accepted")
+	}
+	if !isAgentMode(ModeSidecar) || offPolicy(ModeSidecar) || target(ModeSidecar) != tunnelPeer {
+		t.Errorf("sidecar: agent mode %v (want true), kill switch removed %v (want false), target %s (want %s)",
+			isAgentMode(ModeSidecar), offPolicy(ModeSidecar), target(ModeSidecar), tunnelPeer)
+	}
+	var got []Mode
+	for _, st := range Schedule(m, 4) {
+		got = append(got, st.Mode)
+	}
+	want := []Mode{ModePolicy, ModeSidecar, ModeReference, ModeReference, ModeSidecar, ModePolicy,
+		ModePolicy, ModeSidecar, ModeReference, ModeReference, ModeSidecar, ModePolicy}
+	if !slices.Equal(got, want) {
+		t.Errorf("Schedule = %v, want %v", got, want)
+	}
+}
+
 func TestWorkloads(t *testing.T) {
 	var names []string
 	for _, w := range Workloads([]int{1, 4}, "") {
