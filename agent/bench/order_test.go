@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -88,6 +89,23 @@ func TestSidecarMode(t *testing.T) {
 		ModePolicy, ModeSidecar, ModeReference, ModeReference, ModeSidecar, ModePolicy}
 	if !slices.Equal(got, want) {
 		t.Errorf("Schedule = %v, want %v", got, want)
+	}
+	// The summary pairs it round by round with host mode and the reference.
+	var samples []Sample
+	for r := range 2 {
+		for i, md := range m {
+			samples = append(samples, Sample{Workload: "tcp1-up", Kind: KindTCP, Mode: md, Round: r, Iperf: &IperfResult{BitsPerSecond: float64(1000+100*i) * 1e6}})
+		}
+	}
+	_, pairs := BuildSummary(samples, m)
+	base := map[string]float64{}
+	for _, p := range pairs {
+		if p.Mode == string(ModeSidecar) && p.Metric == MThroughput {
+			base[p.Baseline] = p.Ratio.Median
+		}
+	}
+	if len(base) != 2 || base[string(ModePolicy)] != 1.1 || math.Abs(base[string(ModeReference)]-1100.0/1200) > 1e-9 {
+		t.Errorf("sidecar throughput paired with %v, want tunnel+policy 1.1 and reference 0.917", base)
 	}
 }
 
