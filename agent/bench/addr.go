@@ -12,6 +12,9 @@ const (
 	tunnelRef     = "198.18.1.3" // the reference tunnel's address
 	tunnelUnb     = "198.18.1.4" // the unbounded agent's tunnel address (ModeUnbounded)
 	tunnelSysRef  = "198.18.1.5" // the system reference tunnel's address
+	tunnelSide    = "198.18.1.6" // the sidecar agent's tunnel address (ModeSidecar)
+	podAddr       = "198.18.0.5" // the sidecar pod's end of its veth to the provider
+	podPeer       = "198.18.0.6" // the provider's end: the pod's gateway and the sidecar's endpoint
 	refServer     = "198.18.2.1" // provider address reached only through the reference tunnel
 	sysRefServer  = "198.18.2.2" // ... only through the system reference tunnel
 	iperfPort     = 5201

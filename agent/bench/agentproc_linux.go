@@ -57,6 +57,13 @@ type agentProc struct {
 // (NOTIFY_SOCKET) so that waitReady can time READY=1. The agent gets
 // SIGTERM (and tears its namespace down) if the bench dies.
 func startAgent(bin *Binary, ns, logPath, notifyPath string, args ...string) (*agentProc, error) {
+	return startAgentIn(bin, ns, "", logPath, notifyPath, args...)
+}
+
+// startAgentIn is startAgent with the process started in cgroup v2
+// directory cgroupDir ("": the bench's own), as a container runtime
+// starts a container's process in the container's cgroup.
+func startAgentIn(bin *Binary, ns, cgroupDir, logPath, notifyPath string, args ...string) (*agentProc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("agent log: %w", err)
@@ -73,6 +80,15 @@ func startAgent(bin *Binary, ns, logPath, notifyPath string, args ...string) (*a
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if cgroupDir != "" {
+		cg, err := os.Open(cgroupDir)
+		if err != nil {
+			a.closeNotify()
+			return nil, fmt.Errorf("agent cgroup: %w", err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	a.cmd = cmd
 	a.start = time.Now()
 	if err := testbed.Start(ns, cmd); err != nil {

@@ -1,10 +1,16 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"golang.org/x/sys/unix"
 )
 
 // agentReadyTimeout bounds a `vpn-agent run` start until READY=1.
@@ -43,6 +49,11 @@ func (r *runner) startAgents() error {
 	for _, m := range []Mode{ModeTunnel, ModePolicy, ModeControl} {
 		r.agents[m] = a
 	}
+	if o.HasMode(ModeSidecar) {
+		if err := r.startSidecar(); err != nil {
+			return err
+		}
+	}
 	if !o.HasMode(ModeUnbounded) {
 		return nil
 	}
@@ -70,12 +81,89 @@ func (r *runner) startAgents() error {
 	return nil
 }
 
-// startAgent starts `vpn-agent run --config NAME.json` and waits for
-// READY=1; it is stopped (SIGTERM) when the topology closes.
+// startSidecar starts ModeSidecar's agent: the pod namespace (buildPod),
+// a cgroup v2 of its own (its container: sidecar mode's kill switch tells
+// the agent's WireGuard socket from the app's by cgroup), and `vpn-agent
+// run` in both, its config with "sidecar": {} (all defaults) and the
+// userspace backend (sidecar mode refuses the kernel one), its endpoint
+// the provider's end of the pod's veth.
+func (r *runner) startSidecar() error {
+	o, t := r.o, r.t
+	if err := t.buildPod(); err != nil {
+		return err
+	}
+	// The check after the handshake (waitReady) fails on the pod as the
+	// orchestrator hands it over: the default route is the veth.
+	if err := t.podRoutesThroughTunnel(tunnelPeer); err == nil {
+		return errors.New("sidecar pod: the tunnel-route check passes before any agent runs: it cannot tell a tunnel from the veth")
+	}
+	cg, err := t.makeCgroup("sidecar")
+	if err != nil {
+		return fmt.Errorf("--modes %s: %w", ModeSidecar, err)
+	}
+	key, err := t.writeKey("agent-sidecar.key", t.SideKey)
+	if err != nil {
+		return err
+	}
+	// Its name is not the pod's: sidecar mode makes no named namespace.
+	c := t.agentConfig(t.ID+"v", config.BackendUserspace, o.MTU, key, tunnelSide, fmt.Sprintf("%s:%d", podPeer, peerPort), tunnelPeer)
+	c.Sidecar = &config.SidecarOptions{}
+	if _, err := writeAgentConfig(filepath.Join(t.Dir, "agent-sidecar.json"), c); err != nil {
+		return err
+	}
+	r.agents[ModeSidecar], err = r.startAgentAt("agent-sidecar", []Mode{ModeSidecar}, t.S, t.S, cg, "")
+	return err
+}
+
+// makeCgroup creates a cgroup v2 directory for the run (removed when the
+// topology closes, once its processes are gone) and returns its path.
+func (t *topo) makeCgroup(name string) (string, error) {
+	root := ""
+	for _, d := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err == nil && isCgroup2(d) {
+			root = d
+			break
+		}
+	}
+	if root == "" {
+		return "", errors.New("no cgroup v2 hierarchy (sidecar mode matches the agent's sockets by cgroup v2)")
+	}
+	dir := filepath.Join(root, t.ID+"-"+name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create cgroup: %w", err)
+	}
+	t.onClose(func() error {
+		var err error
+		for range 100 { // its processes may take a moment to be gone
+			if err = unix.Rmdir(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	})
+	return dir, nil
+}
+
+// isCgroup2 reports whether dir is on a cgroup v2 file system.
+func isCgroup2(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// startAgent starts `vpn-agent run --config NAME.json` in the underlay
+// namespace and waits for READY=1; it is stopped (SIGTERM) when the
+// topology closes.
 func (r *runner) startAgent(name string, modes []Mode, ns, fragment string) (*agentProc, error) {
+	return r.startAgentAt(name, modes, ns, r.t.U, "", fragment)
+}
+
+// startAgentAt is startAgent with the process started in namespace
+// startNS and cgroup v2 directory cgroupDir ("": the bench's).
+func (r *runner) startAgentAt(name string, modes []Mode, ns, startNS, cgroupDir, fragment string) (*agentProc, error) {
 	t := r.t
 	args := append([]string{"--config", filepath.Join(t.Dir, name+".json")}, r.agentArgs()...)
-	a, err := startAgent(r.agentBin, t.U, filepath.Join(t.Dir, name+".log"), filepath.Join(t.Dir, name+".notify"), args...)
+	a, err := startAgentIn(r.agentBin, startNS, cgroupDir, filepath.Join(t.Dir, name+".log"), filepath.Join(t.Dir, name+".notify"), args...)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

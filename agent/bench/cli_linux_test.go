@@ -18,6 +18,8 @@ func TestMainUsage(t *testing.T) {
 	}{
 		{[]string{"--help"}, ExitOK, "Usage: vpn-bench [flags]", ""},
 		{[]string{"-h"}, ExitOK, "-updown-cycles", ""},
+		{[]string{"-h"}, ExitOK, "[,sidecar]", ""},
+		{[]string{"--modes", "tunnel,side-car"}, ExitBadInput, "", "side-car"},
 		{[]string{"--bogus"}, ExitBadInput, "", "-bogus"},
 		{[]string{"--samples", "x"}, ExitBadInput, "", "-samples"},
 		{[]string{"--duration", "soon"}, ExitBadInput, "", "--duration"},

@@ -55,7 +55,7 @@ func newFlags() *cliFlags {
 		format:      fs.String("log-format", "text", "log format: text or json"),
 		profile:     fs.String("profile", "quick", "quick (3 samples x 3 s) or sustained (3 x 30 s, 32 TCP streams)"),
 		backend:     fs.String("backend", "auto", "WireGuard backend: auto, kernel or userspace"),
-		modes:       fs.String("modes", "", "comma-separated: direct,tunnel,tunnel+policy[,tunnel-again][,agent-unbounded][,reference][,reference-system] (default: all but tunnel-again that can run here; tunnel-again measures tunnel twice, an A/A control)"),
+		modes:       fs.String("modes", "", "comma-separated: direct,tunnel,tunnel+policy[,tunnel-again][,agent-unbounded][,sidecar][,reference][,reference-system] (default: all but tunnel-again that can run here; tunnel-again measures tunnel twice, an A/A control; sidecar runs a vpn-agent in sidecar mode inside a pod namespace of its own, the client as the pod's app)"),
 		agentBin:    fs.String("agent-bin", "", "the vpn-agent binary the tunnel modes run (default: vpn-agent next to vpn-bench, else on PATH, else vpn-bench itself as the agent)"),
 		refBin:      fs.String("reference-bin", "", "stock wireguard-go of the module version the agent embeds, for mode reference (default: "+ReferenceSibling+" next to vpn-bench, a same-version wireguard-go on PATH, or one built with go from this module)"),
 		unbounded:   fs.String("unbounded-config", DefaultUnbounded, "JSON object merged into the config of mode agent-unbounded's agent"),

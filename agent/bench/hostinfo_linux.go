@@ -123,10 +123,13 @@ func (r *runner) topology() Topology {
 	if t.conf2 != nil {
 		tp.Namespaces["confined-unbounded"] = t.C2
 	}
+	if t.pod != nil {
+		tp.Namespaces["sidecar-pod"] = t.S
+	}
 	for _, m := range r.o.Modes {
 		tp.Targets[m], tp.ClientNS[m] = target(m), t.nsOf(m)
 	}
-	for _, th := range []*testbed.Thread{t.under, t.prov, t.conf, t.conf2} {
+	for _, th := range []*testbed.Thread{t.under, t.prov, t.conf, t.conf2, t.pod} {
 		if th != nil {
 			tp.Interfaces = append(tp.Interfaces, interfaces(th)...)
 		}

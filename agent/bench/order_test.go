@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -61,6 +62,50 @@ func TestParseModes(t *testing.T) {
 		if _, err := ParseModes(bad); err == nil {
 			t.Errorf("ParseModes(%q) should fail", bad)
 		}
+	}
+}
+
+// TestSidecarMode: the sidecar mode is parsed by name, opt-in (not among
+// the defaults, see TestNormalizeProfiles), a vpn-agent data plane (its
+// CPU and peak RSS are recorded as the agent's) reached at the tunnel
+// server, and it alternates with host mode and the reference.
+func TestSidecarMode(t *testing.T) {
+	m, err := ParseModes("tunnel+policy,sidecar,reference")
+	if err != nil || !slices.Equal(m, []Mode{ModePolicy, ModeSidecar, ModeReference}) {
+		t.Fatalf("ParseModes = %v, %v", m, err)
+	}
+	if _, err := ParseModes("sidecar,sidecar"); err == nil {
+		t.Error("a repeated sidecar mode was accepted")
+	}
+	if !isAgentMode(ModeSidecar) || offPolicy(ModeSidecar) || target(ModeSidecar) != tunnelPeer {
+		t.Errorf("sidecar: agent mode %v (want true), kill switch removed %v (want false), target %s (want %s)",
+			isAgentMode(ModeSidecar), offPolicy(ModeSidecar), target(ModeSidecar), tunnelPeer)
+	}
+	var got []Mode
+	for _, st := range Schedule(m, 4) {
+		got = append(got, st.Mode)
+	}
+	want := []Mode{ModePolicy, ModeSidecar, ModeReference, ModeReference, ModeSidecar, ModePolicy,
+		ModePolicy, ModeSidecar, ModeReference, ModeReference, ModeSidecar, ModePolicy}
+	if !slices.Equal(got, want) {
+		t.Errorf("Schedule = %v, want %v", got, want)
+	}
+	// The summary pairs it round by round with host mode and the reference.
+	var samples []Sample
+	for r := range 2 {
+		for i, md := range m {
+			samples = append(samples, Sample{Workload: "tcp1-up", Kind: KindTCP, Mode: md, Round: r, Iperf: &IperfResult{BitsPerSecond: float64(1000+100*i) * 1e6}})
+		}
+	}
+	_, pairs := BuildSummary(samples, m)
+	base := map[string]float64{}
+	for _, p := range pairs {
+		if p.Mode == string(ModeSidecar) && p.Metric == MThroughput {
+			base[p.Baseline] = p.Ratio.Median
+		}
+	}
+	if len(base) != 2 || base[string(ModePolicy)] != 1.1 || math.Abs(base[string(ModeReference)]-1100.0/1200) > 1e-9 {
+		t.Errorf("sidecar throughput paired with %v, want tunnel+policy 1.1 and reference 0.917", base)
 	}
 }
 

@@ -94,12 +94,14 @@ func (t *topo) peerConfigFor(kernel bool, mtu int) *provider.Config {
 			Routes: []provider.Route{
 				{Dst: tunnelAgent + "/32", Src: tunnelPeer},
 				{Dst: tunnelUnb + "/32", Src: tunnelPeer},
+				{Dst: tunnelSide + "/32", Src: tunnelPeer},
 				{Dst: tunnelRef + "/32", Src: refServer},
 				{Dst: tunnelSysRef + "/32", Src: sysRefServer},
 			},
 			Peers: []provider.Peer{
 				{PublicKey: t.AgentKey.PublicKey().String(), AllowedIPs: []string{tunnelAgent + "/32"}},
 				{PublicKey: t.UnbKey.PublicKey().String(), AllowedIPs: []string{tunnelUnb + "/32"}},
+				{PublicKey: t.SideKey.PublicKey().String(), AllowedIPs: []string{tunnelSide + "/32"}},
 				{PublicKey: t.RefKey.PublicKey().String(), AllowedIPs: []string{tunnelRef + "/32"}},
 				{PublicKey: t.SysRefKey.PublicKey().String(), AllowedIPs: []string{tunnelSysRef + "/32"}},
 			},

@@ -114,6 +114,12 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 		t.onClose(func() error { t.conf2.Close(); return nil })
 	}
+	if r.agents[ModeSidecar] != nil {
+		if t.pod, err = testbed.StartThread(t.S); err != nil {
+			return err
+		}
+		t.onClose(func() error { t.pod.Close(); return nil })
+	}
 	for _, m := range refModes {
 		if !o.HasMode(m) {
 			continue
@@ -197,6 +203,14 @@ func (r *runner) waitReady(ctx context.Context) error {
 	if r.t.conf2 != nil {
 		if err := waitPing(ctx, r.t.conf2, tunnelPeer); err != nil {
 			return fmt.Errorf("unbounded agent tunnel handshake: %w", err)
+		}
+	}
+	if r.t.pod != nil {
+		if err := waitPing(ctx, r.t.pod, tunnelPeer); err != nil {
+			return fmt.Errorf("sidecar agent tunnel handshake (from the pod's app): %w", err)
+		}
+		if err := r.t.podRoutesThroughTunnel(tunnelPeer); err != nil {
+			return err
 		}
 	}
 	if len(r.refs) > 0 {

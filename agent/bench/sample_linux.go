@@ -33,8 +33,8 @@ func (r *runner) sample(ctx context.Context, w Workload, m Mode, round int) Samp
 		r.o.Log.Warn("sample failed", "workload", w.Name, "mode", m, "round", round, "err", err)
 	}
 	ns := r.t.C
-	if m == ModeUnbounded {
-		ns = r.t.C2 // its own agent's table
+	if m == ModeUnbounded || m == ModeSidecar {
+		ns = r.t.nsOf(m) // its own agent's table
 	}
 	s.NFT = nftSnapshot(ns)
 	r.modeNFT[m] = s.NFT

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,6 +209,68 @@ func TestSmokeAgentModes(t *testing.T) {
 		if _, ok := targetByName(res.Targets, n); !ok {
 			t.Errorf("no target %s", n)
 		}
+	}
+}
+
+// TestSmokeSidecar runs mode sidecar (issue 23) beside host mode in their
+// shortest form: the sidecar agent is a process of its own in the pod
+// namespace, in sidecar mode (the sidecar kill switch loaded in the pod,
+// no named namespace for its config name, its tunnel in the pod), its
+// figures are recorded like the host agent's, and nothing is left.
+func TestSmokeSidecar(t *testing.T) {
+	o := Options{
+		Samples: 2, Duration: time.Second, Omit: 0,
+		Modes:     []Mode{ModePolicy, ModeSidecar},
+		Workloads: []string{"tcp1-up"},
+		Backend:   config.BackendUserspace, Shaping: "off",
+	}
+	res := runSmoke(t, &o, 60*time.Second)
+	var side *AgentRun
+	for i, a := range res.Agents {
+		if a.Name == "agent-sidecar" {
+			side = &res.Agents[i]
+		}
+	}
+	pod := res.Topology.Namespaces["sidecar-pod"]
+	if side == nil || pod == "" || side.Namespace != pod || side.IdleRSSKiB <= 0 || side.ReadyMs <= 0 || !slices.Equal(side.Modes, []Mode{ModeSidecar}) {
+		t.Fatalf("sidecar agent %+v, pod %q", side, pod)
+	}
+	if _, err := os.Stat(filepath.Join("/proc", itoa(side.PID), "exe")); err == nil {
+		t.Errorf("the sidecar agent (pid %d) still runs after the bench", side.PID)
+	}
+	// Sidecar mode makes no named namespace for its config name (ID+"v"),
+	// and the bench removed the pod and the agent's cgroup.
+	for _, p := range []string{"/run/netns/" + res.Topology.ID + "v", "/run/netns/" + pod,
+		"/sys/fs/cgroup/unified/" + res.Topology.ID + "-sidecar", "/sys/fs/cgroup/" + res.Topology.ID + "-sidecar"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s exists after the bench", p)
+		}
+	}
+	tun := false
+	for _, ii := range res.Topology.Interfaces {
+		tun = tun || ii.Namespace == pod && ii.Type == "tuntap"
+	}
+	if !tun {
+		t.Errorf("no tunnel in the pod: %+v", res.Topology.Interfaces)
+	}
+	rules := map[Mode]int{}
+	for _, s := range res.Samples {
+		if s.Error != "" {
+			t.Errorf("%s/%s: %s", s.Workload, s.Mode, s.Error)
+			continue
+		}
+		if s.AgentHWM <= 0 || s.CPU == nil || s.CPU.AgentSec == nil || *s.CPU.AgentSec <= 0 || s.Iperf == nil || s.Iperf.MovedBytes <= 0 {
+			t.Errorf("%s/%s: no agent process figures (hwm %d, cpu %+v)", s.Workload, s.Mode, s.AgentHWM, s.CPU)
+		}
+		if s.NFT == nil || !s.NFT.Loaded {
+			t.Errorf("%s/%s: kill switch %+v", s.Workload, s.Mode, s.NFT)
+			continue
+		}
+		rules[s.Mode] = s.NFT.Rules
+	}
+	// The pod's table is the sidecar one, not the host mode's.
+	if rules[ModeSidecar] == 0 || rules[ModeSidecar] == rules[ModePolicy] {
+		t.Errorf("kill-switch rules: sidecar %d, host mode %d: the pod has no sidecar table", rules[ModeSidecar], rules[ModePolicy])
 	}
 }
 

@@ -112,7 +112,8 @@ func metricsFor(k Kind) []metric {
 
 // comparisons are the mode pairs (baseline, mode) compared round by round.
 var comparisons = [][2]Mode{{ModeTunnel, ModePolicy}, {ModeTunnel, ModeControl}, {ModeDirect, ModeTunnel},
-	{ModeReference, ModeTunnel}, {ModeSystemRef, ModeTunnel}, {ModeUnbounded, ModePolicy}}
+	{ModeReference, ModeTunnel}, {ModeSystemRef, ModeTunnel}, {ModeUnbounded, ModePolicy},
+	{ModePolicy, ModeSidecar}, {ModeReference, ModeSidecar}}
 
 // BuildSummary computes every workload x mode x metric distribution and
 // the paired comparisons, in workload order of first appearance.

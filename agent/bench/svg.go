@@ -112,6 +112,8 @@ func modeColor(m Mode) string {
 		return "#59a14f"
 	case ModeSystemRef:
 		return "#9c755f"
+	case ModeSidecar:
+		return "#76b7b2"
 	}
 	return "#999999"
 }

@@ -143,6 +143,9 @@ func notes(res *Result) []string {
 			break
 		}
 	}
+	if slices.Contains(res.Settings.Modes, ModeSidecar) {
+		n = append(n, "Mode sidecar: a vpn-agent run in sidecar mode (\"sidecar\": {}, userspace backend, its own cgroup v2) started inside a pod namespace of its own, which it confines (its kill switch by cgroup, wg-quick style routing, its WireGuard UDP by the pod's veth to the provider); the client runs in that namespace as the pod's app, outside the agent's cgroup, and reaches the same server through the tunnel (checked at setup: the pod's route to it is the tunnel's, not the veth's). Its idle RSS is agents[agent-sidecar] in benchmark.json.")
+	}
 	if len(res.Agents) > 0 {
 		n = append(n, "Peak RSS per sample is the data plane's VmHWM after a reset to its current RSS at the sample's start (dataplaneRssStartKiB): Go gives memory back to the kernel slowly, so a sample's peak includes what earlier workloads left resident; the run's largest peak is the process's peak under the heaviest load, the per-workload figures depend on the order.")
 	}

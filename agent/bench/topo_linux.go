@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -26,16 +27,19 @@ type topo struct {
 	ID           string // "vb" + 6 hex digits
 	U, P, C      string // namespace names: underlay, provider, confined
 	C2           string // the unbounded agent's confined namespace (ModeUnbounded)
+	S            string // the sidecar agent's pod namespace (ModeSidecar)
 	VethU, VethP string
+	VethS, VethQ string // the pod's veth to the provider: pod end, provider end
 	PeerIf       string // provider's WireGuard interface
 	RefIf        string // reference tunnel interface (stock wireguard-go)
 	SysRefIf     string // system reference tunnel interface
 	Dir          string // keys and logs, mode 0700
 
-	PeerKey, AgentKey, RefKey, UnbKey, SysRefKey wgtypes.Key
+	PeerKey, AgentKey, RefKey, UnbKey, SysRefKey, SideKey wgtypes.Key
 
 	under, prov, conf *testbed.Thread
 	conf2             *testbed.Thread // in C2, when ModeUnbounded runs
+	pod               *testbed.Thread // in S, when ModeSidecar runs
 	log               *slog.Logger
 	undo              []func() error
 }
@@ -47,7 +51,8 @@ func newTopo(log *slog.Logger) (*topo, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &topo{ID: id, U: id + "u", P: id + "p", C: id + "c", C2: id + "d", VethU: id + "a", VethP: id + "b",
+	t := &topo{ID: id, U: id + "u", P: id + "p", C: id + "c", C2: id + "d", S: id + "s", VethU: id + "a", VethP: id + "b",
+		VethS: id + "e", VethQ: id + "f",
 		PeerIf: id + "w", RefIf: id + "r", SysRefIf: id + "q", log: log}
 	t.onClose(func() error { return testbed.ReleaseID(id) })
 	dir, err := os.MkdirTemp("", "vpn-bench-"+id+"-")
@@ -57,7 +62,7 @@ func newTopo(log *slog.Logger) (*topo, error) {
 	}
 	t.Dir = dir
 	t.onClose(func() error { return os.RemoveAll(dir) })
-	for _, k := range []*wgtypes.Key{&t.PeerKey, &t.AgentKey, &t.RefKey, &t.UnbKey, &t.SysRefKey} {
+	for _, k := range []*wgtypes.Key{&t.PeerKey, &t.AgentKey, &t.RefKey, &t.UnbKey, &t.SysRefKey, &t.SideKey} {
 		if *k, err = wgtypes.GeneratePrivateKey(); err != nil {
 			t.Close()
 			return nil, fmt.Errorf("generate key: %w", err)
@@ -104,6 +109,44 @@ func (t *topo) buildUnderlay() error {
 	return testbed.AddVeth(t.vethEnd(t.U, t.VethU, underlayAgent), t.vethEnd(t.P, t.VethP, underlayPeer))
 }
 
+// buildPod creates the sidecar's pod namespace, its veth to the provider
+// (eth0 of a pod, the node's role played by the provider namespace) and
+// its default route: the pod as an orchestrator hands it to the agent.
+func (t *topo) buildPod() error {
+	if err := netns.Create(t.S); err != nil {
+		return fmt.Errorf("bench topology: %w", err)
+	}
+	t.onClose(func() error { return netns.Delete(t.S) })
+	if err := testbed.AddVeth(t.vethEnd(t.S, t.VethS, podAddr), t.vethEnd(t.P, t.VethQ, podPeer)); err != nil {
+		return err
+	}
+	return testbed.AddRoute(t.S, netip.Prefix{}, netip.MustParseAddr(podPeer))
+}
+
+// podRoutesThroughTunnel checks that the pod's app reaches dst through
+// the sidecar agent's tunnel, not by the pod's veth (the provider owns
+// dst, so a packet by the veth would reach it too, in cleartext, and the
+// sidecar mode would measure no tunnel at all).
+func (t *topo) podRoutesThroughTunnel(dst string) error {
+	h, err := netns.Handle(t.S)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	veth, err := h.LinkByName(t.VethS)
+	if err != nil {
+		return fmt.Errorf("sidecar pod: %w", err)
+	}
+	rs, err := h.RouteGet(net.ParseIP(dst))
+	if err != nil || len(rs) == 0 {
+		return fmt.Errorf("sidecar pod: route to %s: %v", dst, err)
+	}
+	if rs[0].LinkIndex == veth.Attrs().Index {
+		return fmt.Errorf("sidecar pod: %s is routed by the pod's veth %s, not through the agent's tunnel", dst, t.VethS)
+	}
+	return nil
+}
+
 // vethEnd is one end of the underlay veth: IPv6 off (no DAD or router
 // solicitations in the measurements), one IPv4 address.
 func (t *topo) vethEnd(ns, name, addr string) testbed.End {
@@ -127,6 +170,8 @@ func (t *topo) thread(m Mode) *testbed.Thread {
 		return t.under
 	case ModeUnbounded:
 		return t.conf2
+	case ModeSidecar:
+		return t.pod
 	}
 	return t.conf
 }
@@ -138,6 +183,8 @@ func (t *topo) nsOf(m Mode) string {
 		return t.U
 	case ModeUnbounded:
 		return t.C2
+	case ModeSidecar:
+		return t.S
 	}
 	return t.C
 }

@@ -36,13 +36,20 @@ const (
 	// ModeSystemRef: as ModeReference with the wireguard-go found on PATH
 	// (e.g. a distribution's older build), labelled with its version.
 	ModeSystemRef Mode = "reference-system"
+	// ModeSidecar: a third `vpn-agent run` in sidecar mode (issue 23):
+	// started inside a pod namespace of its own (a veth to the provider,
+	// a default route), in a cgroup v2 of its own (its container), with
+	// the userspace backend; it confines that namespace, and the client
+	// runs there as the pod's app (outside the agent's cgroup), through
+	// the tunnel to the same server. Opt-in.
+	ModeSidecar Mode = "sidecar"
 )
 
 // AllModes lists the modes in their canonical order.
-var AllModes = []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeControl, ModeUnbounded, ModeReference, ModeSystemRef}
+var AllModes = []Mode{ModeDirect, ModeTunnel, ModePolicy, ModeControl, ModeUnbounded, ModeSidecar, ModeReference, ModeSystemRef}
 
 // agentModes are the modes whose data plane is a `vpn-agent run` process.
-var agentModes = []Mode{ModeTunnel, ModePolicy, ModeControl, ModeUnbounded}
+var agentModes = []Mode{ModeTunnel, ModePolicy, ModeControl, ModeUnbounded, ModeSidecar}
 
 // refModes are the modes whose data plane is a stock wireguard-go process.
 var refModes = []Mode{ModeReference, ModeSystemRef}
