@@ -241,6 +241,10 @@ func goBuildEnv(environ []string, dir, name, pkg string, flags ...string) (strin
 	return out, nil
 }
 
+// errNoSource: the test binary runs without the source tree (prebuilt, as
+// in the VM tier), so nothing can be built from it.
+var errNoSource = errors.New("go.mod not found above the test directory")
+
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
@@ -252,7 +256,7 @@ func moduleRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("go.mod not found above the test directory")
+			return "", errNoSource
 		}
 		dir = parent
 	}
