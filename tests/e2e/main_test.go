@@ -106,7 +106,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	buildAll(dir)
+	before := podmanCgroups()
 	code := m.Run()
+	// After every test, so no container of a running test can be hit.
+	if left := removePodmanCgroups(before); len(left) > 0 {
+		fmt.Fprintln(os.Stderr, "e2e: FAIL: podman cgroups left that could not be removed:", left)
+		code = 1
+	}
 	if err := writeReport(os.Getenv("VPNC_MATRIX_REPORT")); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: FAIL: writing $VPNC_MATRIX_REPORT:", err)
 		if code == 0 {

@@ -5,13 +5,16 @@ import (
 	"crypto/rand"
 	"debug/elf"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -443,4 +446,49 @@ func TestPodmanFailoverResolver(t *testing.T) {
 	if now, _ := pm.cmd("inspect", "--format", "{{.State.StartedAt}}", ctr); now != started {
 		t.Errorf("the container was restarted (started %s, now %s)", strings.TrimSpace(started), strings.TrimSpace(now))
 	}
+}
+
+// podmanCgroupDir is where podman 4.3 (cgroupfs manager) makes a cgroup
+// v2 directory per container and pod on a machine that mounts v1 and v2
+// side by side; it removes the v1 ones with the container, not these.
+const podmanCgroupDir = "/sys/fs/cgroup/unified/libpod_parent"
+
+// podmanCgroups lists podmanCgroupDir's entries.
+func podmanCgroups() map[string]bool {
+	ents, _ := os.ReadDir(podmanCgroupDir)
+	m := map[string]bool{}
+	for _, e := range ents {
+		if e.IsDir() {
+			m[e.Name()] = true
+		}
+	}
+	return m
+}
+
+// removePodmanCgroups removes the (empty) cgroups the suite's containers
+// and pods left in podmanCgroupDir, children first, and returns those it
+// could not remove. The ones in before were there already: not ours.
+func removePodmanCgroups(before map[string]bool) []string {
+	var left []string
+	for name := range podmanCgroups() {
+		if before[name] {
+			continue
+		}
+		root := filepath.Join(podmanCgroupDir, name)
+		var dirs []string
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			// EBUSY: processes in it, so a container still running, of
+			// another podman user on this machine: not the suite's.
+			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.EBUSY) {
+				left = append(left, dirs[i]+": "+err.Error())
+			}
+		}
+	}
+	return left
 }
