@@ -6,12 +6,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
@@ -24,9 +27,9 @@ import (
 // substituted): `podman run $(vpn-agent podman-flags NAME) IMAGE` in the foreground,
 // `vpn-agent unit NAME --container` as its drop-in and `--restart-with-agent` on the agent.
 //
-//   - container-restarts-with-agent: the container runs in the namespace (its netns inode is
+//   - container-restarts-with-agent: the container runs in the namespace (its netns cookie is
 //     /run/netns/NAME's) and reaches the tunnel's echo. `systemctl restart` of the agent: the
-//     agent makes a new namespace (new inode); the container is stopped with the agent (its
+//     agent makes a new namespace (a new netns cookie: inode numbers are reused); the container is stopped with the agent (its
 //     process is gone, nothing is left in the old namespace) and runs again after the new
 //     agent's READY=1, in the new namespace, reaching the echo. SIGKILL of the agent: the
 //     container is stopped (BindsTo=) and started again by the agent's Wants=, in the
@@ -92,8 +95,8 @@ func TestContainerRestartsWithAgent(t *testing.T) {
 				if pid == 0 || pid == not {
 					return false
 				}
-				ns, err := netnsInode(pid)
-				cur, err2 := pathInode(names.Netns(f.name))
+				ns, err := netnsCookie(fmt.Sprintf("/proc/%d/ns/net", pid))
+				cur, err2 := netnsCookie(names.Netns(f.name))
 				return err == nil && err2 == nil && ns == cur
 			}) {
 				t.Fatalf("%s: the container does not run in /run/netns/%s (pid %d, podman: %s)\n%s\n%s", what, f.name, pid, last, unitDiag(unit), unitDiag(f.agent))
@@ -107,14 +110,14 @@ func TestContainerRestartsWithAgent(t *testing.T) {
 				t.Errorf("%s: the container does not reach the tunnel's echo: %v %q", what, err, out)
 			}
 		}
-		// gone fails unless pid is dead and nothing runs in the namespace of inode ns.
+		// gone fails unless pid is dead and nothing runs in the namespace of cookie ns.
 		gone := func(t *testing.T, pid int, ns uint64, what string) {
 			t.Helper()
 			if syscall.Kill(pid, 0) == nil {
 				t.Errorf("%s: the container's old process %d still runs", what, pid)
 			}
 			if left := inNetns(ns); len(left) > 0 {
-				t.Errorf("%s: processes still in the old namespace (inode %d): %v", what, ns, left)
+				t.Errorf("%s: processes still in the old namespace (cookie %d): %v", what, ns, left)
 			}
 		}
 		// afterReady fails unless the container's service (re)started after the agent's READY=1.
@@ -144,14 +147,16 @@ func TestContainerRestartsWithAgent(t *testing.T) {
 
 		// systemctl restart: a new namespace, the container in it.
 		obs = f.uplinkCapture(t)
-		oldNS := harness.Inode(t, names.Netns(f.name))
+		// Namespaces are told apart by their cookie, never reused; an inode number is
+		// (a namespace freed at once on a quiet machine gives its number to the next).
+		oldNS := cookie(t, names.Netns(f.name))
 		inv := prop(t, unit, "InvocationID")
 		t0 = time.Now()
 		run(t, "systemctl", "restart", f.agent)
 		pid2 := running(t, pid, "after systemctl restart")
 		t.Logf("systemctl restart %s: the container runs again %.1fs later (pid %d, was %d)", f.agent, time.Since(t0).Seconds(), pid2, pid)
-		if newNS := harness.Inode(t, names.Netns(f.name)); newNS == oldNS {
-			t.Errorf("the restarted agent kept the namespace (inode %d): the check proves less than it says", oldNS)
+		if newNS := cookie(t, names.Netns(f.name)); newNS == oldNS {
+			t.Errorf("the restarted agent kept the namespace (cookie %d): the check proves less than it says", oldNS)
 		}
 		if prop(t, unit, "InvocationID") == inv {
 			t.Errorf("%s was not restarted with the agent (same InvocationID)", unit)
@@ -166,7 +171,7 @@ func TestContainerRestartsWithAgent(t *testing.T) {
 		// SIGKILL: stopped (BindsTo=), started again by the agent's Wants=.
 		agentPid := propInt(t, f.agent, "MainPID")
 		inv = prop(t, unit, "InvocationID")
-		ns := harness.Inode(t, names.Netns(f.name))
+		ns := cookie(t, names.Netns(f.name))
 		t0 = time.Now()
 		run(t, "systemctl", "kill", "-s", "KILL", f.agent)
 		if !waitFor(120*time.Second, func() bool {
@@ -176,8 +181,8 @@ func TestContainerRestartsWithAgent(t *testing.T) {
 			t.Fatalf("agent %s, %s %s 120 s after SIGKILL\n%s\n%s", active(f.agent), unit, active(unit), unitDiag(f.agent), unitDiag(unit))
 		}
 		pid3 := running(t, pid2, "after SIGKILL")
-		t.Logf("SIGKILL of %s: the container runs again %.1fs later (pid %d, was %d; namespace inode %d, was %d)",
-			f.agent, time.Since(t0).Seconds(), pid3, pid2, harness.Inode(t, names.Netns(f.name)), ns)
+		t.Logf("SIGKILL of %s: the container runs again %.1fs later (pid %d, was %d; namespace cookie %d, was %d)",
+			f.agent, time.Since(t0).Seconds(), pid3, pid2, cookie(t, names.Netns(f.name)), ns)
 		if syscall.Kill(pid2, 0) == nil {
 			t.Errorf("after SIGKILL: the container's old process %d still runs", pid2)
 		}
@@ -193,7 +198,7 @@ func TestContainerRestartsWithAgent(t *testing.T) {
 		}
 
 		// systemctl stop of the agent stops the container.
-		ns = harness.Inode(t, names.Netns(f.name))
+		ns = cookie(t, names.Netns(f.name))
 		run(t, "systemctl", "stop", f.agent)
 		if a := active(unit); a == "active" {
 			t.Errorf("%s still %s after systemctl stop %s", unit, a, f.agent)
@@ -254,20 +259,50 @@ func ctrPid(name string) (int, string) {
 	return pid, strings.TrimSpace(out)
 }
 
-// netnsInode is the inode of pid's network namespace.
-func netnsInode(pid int) (uint64, error) {
-	return pathInode(fmt.Sprintf("/proc/%d/ns/net", pid))
-}
-
-func pathInode(path string) (uint64, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
+// netnsCookie is the SO_NETNS_COOKIE of the network namespace at path (a
+// /run/netns bind mount or /proc/PID/ns/net): unlike its inode number, never
+// reused for another namespace. Read from a socket made in it by a thread that
+// joins it and is then discarded (it exits locked).
+func netnsCookie(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
 		return 0, err
 	}
-	return st.Ino, nil
+	defer f.Close()
+	type res struct {
+		c   uint64
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- res{0, fmt.Errorf("setns %s: %w", path, err)}
+			return
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			ch <- res{0, err}
+			return
+		}
+		defer unix.Close(fd)
+		c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+		ch <- res{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
 }
 
-// inNetns lists the processes in the network namespace of inode ns.
+func cookie(t *testing.T, path string) uint64 {
+	t.Helper()
+	c, err := netnsCookie(path)
+	if err != nil {
+		t.Fatalf("netns cookie of %s: %v", path, err)
+	}
+	return c
+}
+
+// inNetns lists the processes in the network namespace of cookie ns.
 func inNetns(ns uint64) []string {
 	var out []string
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
@@ -276,7 +311,7 @@ func inNetns(ns uint64) []string {
 		if err != nil {
 			continue
 		}
-		if n, err := netnsInode(pid); err == nil && n == ns {
+		if n, err := netnsCookie(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && n == ns {
 			comm, _ := os.ReadFile(d + "/comm")
 			out = append(out, fmt.Sprintf("%d %s", pid, strings.TrimSpace(string(comm))))
 		}
