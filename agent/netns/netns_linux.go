@@ -166,12 +166,10 @@ func Handle(name string) (*netlink.Handle, error) {
 // writes). Sockets opened by fn stay in that namespace after it returns.
 func Do(name string, fn func() error) error {
 	if IsCurrent(name) {
-		errc := make(chan error, 1)
-		go func() {
-			runtime.LockOSThread() // as below, without the setns a sidecar may not do
-			errc <- fn()
-		}()
-		return <-errc
+		// Every thread of the process is in this namespace already: no setns
+		// (a sidecar lacks the CAP_SYS_ADMIN it needs), and no locked thread
+		// to throw away after each call.
+		return fn()
 	}
 	ns, err := Open(name)
 	if err != nil {
