@@ -137,7 +137,7 @@ const (
 	// scListenPort is the tunnel's listen port in the kernel backend's
 	// table (not the endpoint's port, so the two are told apart).
 	scListenPort = 41820
-	scOther    = "10.99.0.1:9999" // a host in allowedSubnets
+	scOther      = "10.99.0.1:9999" // a host in allowedSubnets
 )
 
 // cgroup2Dir is where this machine mounts the cgroup v2 hierarchy.
