@@ -151,7 +151,8 @@ func (mo *monitor) repaired(rep *health.Report, ok bool) {
 }
 
 // liveness hands the failover loop's new counts to metrics: a failover
-// (which also names the new active server) and probe failures.
+// (which also names the new active server) and probe failures, and its
+// state.
 func (mo *monitor) liveness(l *Liveness) {
 	if mo == nil || l == nil {
 		return
@@ -163,6 +164,7 @@ func (mo *monitor) liveness(l *Liveness) {
 	for i := mo.seen.ProbeFailures; i < now.ProbeFailures; i++ {
 		mo.m.ProbeFailed()
 	}
+	mo.m.Recovering(now.Recovery)
 	mo.seen = now
 }
 
