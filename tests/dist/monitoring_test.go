@@ -42,12 +42,15 @@ var (
 // docs' scrape configs use).
 const scrapeJob = "vpn-confinement"
 
-// exported is every metric family the agent exports, with the label
-// names of its series, from the agent's own registry. Every series that
+// labelValues are the values of each label of a metric's series.
+type labelValues map[string]map[string]bool
+
+// exported is every metric family the agent exports, with the labels of
+// its series and their values, from the agent's own registry. Every series that
 // appears only with some state (a handshake, port forwarding, a failover
 // loop's state) is made to appear, and Describe checks that none is left
 // out.
-func exported(t *testing.T) map[string]map[string]bool {
+func exported(t *testing.T) map[string]labelValues {
 	t.Helper()
 	key, err := wgtypes.GeneratePrivateKey()
 	if err != nil {
@@ -75,12 +78,15 @@ func exported(t *testing.T) map[string]map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]map[string]bool{}
+	out := map[string]labelValues{}
 	for _, f := range fams {
-		labels := map[string]bool{}
+		labels := labelValues{}
 		for _, s := range f.GetMetric() {
 			for _, l := range s.GetLabel() {
-				labels[l.GetName()] = true
+				if labels[l.GetName()] == nil {
+					labels[l.GetName()] = map[string]bool{}
+				}
+				labels[l.GetName()][l.GetValue()] = true
 			}
 		}
 		out[f.GetName()] = labels
@@ -236,7 +242,7 @@ func TestAlertRulesTested(t *testing.T) {
 // label; the agent alerts select the documented job.
 func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	have := exported(t)
-	have["up"] = map[string]bool{}
+	have["up"] = labelValues{}
 	jobs := 0
 	for _, g := range loadAlerts(t).Groups {
 		for _, r := range g.Rules {
@@ -421,7 +427,7 @@ var targetLabels = []string{"job", "instance"}
 // checkQuery fails t unless expr names at least one metric, each one in
 // have, and every label it (or its legend's {{label}}) uses is a label of
 // one of them or a target label.
-func checkQuery(t *testing.T, where, expr, legend string, have map[string]map[string]bool) {
+func checkQuery(t *testing.T, where, expr, legend string, have map[string]labelValues) {
 	t.Helper()
 	metrics, labels, err := promqlNames(expr)
 	if err != nil {
@@ -445,6 +451,17 @@ func checkQuery(t *testing.T, where, expr, legend string, have map[string]map[st
 		}
 		for l := range ls {
 			known[l] = true
+		}
+	}
+	// A label whose every value the agent always exports (the recovery
+	// states, the kinds of repair) is matched only on one of them.
+	for _, m := range regexp.MustCompile(`\b(state|kind)\s*(=|!=)\s*"([^"]*)"`).FindAllStringSubmatch(expr, -1) {
+		ok := false
+		for _, name := range metrics {
+			ok = ok || have[name][m[1]][m[3]]
+		}
+		if !ok {
+			t.Errorf("%s: %q matches %s=%q, a value the agent never exports", where, expr, m[1], m[3])
 		}
 	}
 	for _, l := range labels {
