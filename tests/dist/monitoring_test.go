@@ -56,10 +56,7 @@ func exported(t *testing.T) map[string]labelValues {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &config.Spec{Name: "proton", PrivateKey: key, Peers: []config.PeerSpec{{PublicKey: key.PublicKey(), Endpoint: "198.51.100.1:51820"}}}
-	b := &config.Spec{Name: "proton", PrivateKey: key, Server: 1, Peers: []config.PeerSpec{{PublicKey: key.PublicKey(), Endpoint: "198.51.100.2:51820"}}}
-	a.Pool, b.Pool = []*config.Spec{a, b}, []*config.Spec{a, b}
-	m := metrics.New(a)
+	m := metrics.New(&config.Spec{Name: "proton", PrivateKey: key, Peers: []config.PeerSpec{{PublicKey: key.PublicKey(), Endpoint: "198.51.100.1:51820"}}})
 	hs := time.Now()
 	m.Publish(&health.Report{
 		Name: "proton", Interface: "wg-proton", Namespace: true,
@@ -69,7 +66,7 @@ func exported(t *testing.T) map[string]labelValues {
 	})
 	m.PortForwarded(portforward.Status{State: portforward.StateMapped, Port: 40001, Protocols: []string{"tcp"}, Requests: 1})
 	m.Recovering(liveness.Healthy)
-	m.FailedOver(1)
+	m.FailedOver(0)
 	m.Repaired(health.PolicyMissing)
 	m.ProbeFailed()
 

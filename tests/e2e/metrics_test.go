@@ -221,33 +221,24 @@ func TestAgentMetrics(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	q := "http://" + promAddr + "/api/v1/query?query=" + url.QueryEscape("vpn_confinement_up")
 	deadline = time.Now().Add(60 * time.Second)
 	for {
-		var last string
-		if resp, err := hc.Get(q); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			last = string(b)
-			var r struct {
-				Status string `json:"status"`
-				Data   struct {
-					Result []struct {
-						Metric map[string]string `json:"metric"`
-						Value  [2]any            `json:"value"`
-					} `json:"result"`
-				} `json:"data"`
+		var r struct {
+			Data struct {
+				Result []struct {
+					Metric map[string]string `json:"metric"`
+					Value  [2]any            `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		last, ok := promAPI(hc, "/api/v1/query?query="+url.QueryEscape("vpn_confinement_up"), &r)
+		if ok && len(r.Data.Result) > 0 {
+			res := r.Data.Result[0]
+			if res.Metric["namespace"] != c.name || res.Value[1] != "1" || len(r.Data.Result) != 1 {
+				t.Fatalf("Prometheus answers %s, want vpn_confinement_up{namespace=%q} 1", last, c.name)
 			}
-			if json.Unmarshal(b, &r) == nil && r.Status == "success" && len(r.Data.Result) > 0 {
-				res := r.Data.Result[0]
-				if res.Metric["namespace"] != c.name || res.Value[1] != "1" || len(r.Data.Result) != 1 {
-					t.Fatalf("Prometheus answers %s, want vpn_confinement_up{namespace=%q} 1", b, c.name)
-				}
-				t.Logf("Prometheus: %s", b)
-				break
-			}
-		} else {
-			last = err.Error()
+			t.Logf("Prometheus: %s", last)
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("Prometheus has no vpn_confinement_up after 60s; last answer %s\nprometheus output:\n%s", last, out.String())
@@ -257,6 +248,22 @@ func TestAgentMetrics(t *testing.T) {
 	if alerts > 0 {
 		promRulesEvaluate(t, hc, alerts, &out)
 	}
+}
+
+// promAPI GETs path of the Prometheus API (at promAddr) into v. It
+// returns the answer (or the error) as text, and whether v holds an
+// answer of status "success".
+func promAPI(hc *http.Client, path string, v any) (string, bool) {
+	resp, err := hc.Get("http://" + promAddr + path)
+	if err != nil {
+		return err.Error(), false
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var st struct {
+		Status string `json:"status"`
+	}
+	return string(b), json.Unmarshal(b, &st) == nil && st.Status == "success" && json.Unmarshal(b, v) == nil
 }
 
 // promRulesEvaluate waits until Prometheus has evaluated the shipped
@@ -279,23 +286,15 @@ func promRulesEvaluate(t *testing.T, hc *http.Client, want int, out fmt.Stringer
 		if time.Now().After(deadline) {
 			t.Fatalf("Prometheus has not evaluated %d alert rules in good health within 30s; last answer %s\nprometheus output:\n%s", want, last, out)
 		}
-		resp, err := hc.Get("http://" + promAddr + "/api/v1/rules?type=alert")
-		if err != nil {
-			last = err.Error()
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		last = string(b)
 		var r struct {
-			Status string `json:"status"`
-			Data   struct {
+			Data struct {
 				Groups []struct {
 					Rules []rule `json:"rules"`
 				} `json:"groups"`
 			} `json:"data"`
 		}
-		if json.Unmarshal(b, &r) != nil || r.Status != "success" {
+		var ok bool
+		if last, ok = promAPI(hc, "/api/v1/rules?type=alert", &r); !ok {
 			continue
 		}
 		var rs []rule
