@@ -8,6 +8,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/liveness"
 	"github.com/vpn-confinement/vpn-confinement/agent/metrics"
 	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
@@ -108,10 +109,13 @@ func (mo *monitor) commit(c *monitorChange, log *slog.Logger) *monitor {
 }
 
 // ready marks the namespace up and publishes its first inspection, its
-// peers from dev.
+// peers from dev, and the recovery state of a namespace just up: healthy
+// (liveness.Recovery's first state), until the failover loop's first
+// reading (a reload publishes the running loop's state after it).
 func (mo *monitor) ready(inst *engine.Instance, dev health.DeviceReader) {
 	if mo != nil {
 		mo.observe(inst, nil, dev)
+		mo.m.Recovering(liveness.Healthy)
 		mo.m.Ready()
 	}
 }
@@ -151,7 +155,8 @@ func (mo *monitor) repaired(rep *health.Report, ok bool) {
 }
 
 // liveness hands the failover loop's new counts to metrics: a failover
-// (which also names the new active server) and probe failures.
+// (which also names the new active server) and probe failures, and its
+// state.
 func (mo *monitor) liveness(l *Liveness) {
 	if mo == nil || l == nil {
 		return
@@ -163,6 +168,7 @@ func (mo *monitor) liveness(l *Liveness) {
 	for i := mo.seen.ProbeFailures; i < now.ProbeFailures; i++ {
 		mo.m.ProbeFailed()
 	}
+	mo.m.Recovering(now.Recovery)
 	mo.seen = now
 }
 
