@@ -128,7 +128,7 @@ func outputChain(s *config.Spec, hostLinkMark bool) []Chain {
 	if hl != nil {
 		rules = append(rules, egressOut(hl, false)...)
 		established := Rule{
-			Exprs: []Expr{Iface{Out: true, Name: hl.NSIf}, CtStateMatch{CtEstablished | CtRelated}, CtMarkMatch{names.HostLinkCtMark}, Accept},
+			Exprs:   []Expr{Iface{Out: true, Name: hl.NSIf}, CtStateMatch{CtEstablished | CtRelated}, CtMarkMatch{names.HostLinkCtMark}, Accept},
 			Comment: "host link: only connections marked at their first packet on it (published ports, allowedEgress), never a tunnel flow",
 		}
 		if !hostLinkMark {
