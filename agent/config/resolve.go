@@ -714,20 +714,12 @@ func checkOverlaps(s *Spec) error {
 		}
 	}
 	for i, p := range s.HostLink.AccessibleFrom {
-		for _, a := range s.Addresses {
-			if p.Overlaps(a) {
-				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "remove the tunnel's own addresses from accessibleFrom", "%s overlaps tunnel address %s", p, a)
-			}
-		}
-		for _, d := range s.DNS {
-			if p.Contains(d) {
-				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "resolvers are reached only through the tunnel; narrow accessibleFrom", "%s contains DNS server %s", p, d)
-			}
-		}
-		for _, pe := range s.Peers {
-			if host, _, _ := splitHost(pe.Endpoint); host.IsValid() && p.Contains(host) {
-				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "the endpoint must stay reachable on the host's own network; narrow accessibleFrom", "%s contains the WireGuard endpoint %s", p, host)
-			}
+		if err := refuseCovered(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), p, s, [3]string{
+			"remove the tunnel's own addresses from accessibleFrom",
+			"resolvers are reached only through the tunnel; narrow accessibleFrom",
+			"the endpoint must stay reachable on the host's own network; narrow accessibleFrom",
+		}); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -736,19 +728,32 @@ func checkOverlaps(s *Spec) error {
 // egressCovers refuses an allowedEgress destination p that covers the
 // tunnel's addresses, a configured resolver or a WireGuard endpoint.
 func egressCovers(field string, p netip.Prefix, s *Spec) error {
+	return refuseCovered(field, p, s, [3]string{
+		"remove the tunnel's own addresses from allowedEgress",
+		"resolvers are reached only through the tunnel (DNS stays strict); narrow the CIDR",
+		"the WireGuard endpoint is never reached over the host link; narrow the CIDR",
+	})
+}
+
+// refuseCovered refuses a prefix p given in field that overlaps a tunnel
+// address, holds a configured resolver or a WireGuard endpoint given as an
+// address (names resolve at run time), with fixes[0], [1] or [2]. Each
+// server of a pool is resolved on its own, so a pool's every server is
+// checked in turn.
+func refuseCovered(field string, p netip.Prefix, s *Spec, fixes [3]string) error {
 	for _, a := range s.Addresses {
 		if p.Overlaps(a) {
-			return fieldErr(field, "remove the tunnel's own addresses from allowedEgress", "%s overlaps tunnel address %s", p, a)
+			return fieldErr(field, fixes[0], "%s overlaps tunnel address %s", p, a)
 		}
 	}
 	for _, d := range s.DNS {
 		if p.Contains(d) {
-			return fieldErr(field, "resolvers are reached only through the tunnel (DNS stays strict); narrow the CIDR", "%s contains DNS server %s", p, d)
+			return fieldErr(field, fixes[1], "%s contains DNS server %s", p, d)
 		}
 	}
 	for _, pe := range s.Peers {
-		if host, _, _ := splitHost(pe.Endpoint); host.IsValid() && p.Contains(host) {
-			return fieldErr(field, "the WireGuard endpoint is never reached over the host link; narrow the CIDR", "%s contains the WireGuard endpoint %s", p, host)
+		if host, _, _ := splitHost(pe.Endpoint); host.IsValid() && p.Contains(host.Unmap()) {
+			return fieldErr(field, fixes[2], "%s contains the WireGuard endpoint %s", p, host)
 		}
 	}
 	return nil
