@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -14,7 +15,8 @@ import (
 
 // TestHostLinkTunnelFlowRerouted (issue 24.2): a long-lived UDP flow
 // through the tunnel, whose route root in the namespace then moves to the
-// host link, is dropped and counted by the running agent's kill switch:
+// host link (a policy rule for its source port, so that nothing else of
+// the namespace changes route), is dropped and counted by the running agent's kill switch:
 // established traffic leaves by the host link only for connections marked
 // (names.HostLinkCtMark) at their first packet on it. The positive control
 // is the same sequence against the same kill switch with the mark
@@ -29,15 +31,17 @@ func TestHostLinkTunnelFlowRerouted(t *testing.T) {
 	s.mustTunnel(t, 5*time.Second, "after READY=1")
 	echoAt := harness.AP(testbed.ProvTunnel4, testbed.EchoPort).String()
 	veth := names.NSVeth(s.name)
+	const flowTable = "4242"
 
 	// flow opens a UDP flow through the tunnel, checks its echo, moves its
 	// route to the host link and sends once more. It returns how much the
 	// kill switch's out_reject and the host table's drop counters grew,
 	// and whether the echo came back.
-	flow := func(what string) (rejected, hostDropped uint64, echoed bool) {
+	flow := func(what string, flowPort int) (rejected, hostDropped uint64, echoed bool) {
 		var c net.Conn
 		if err := testbed.Do(s.name, func() (err error) {
-			c, err = net.Dial("udp", echoAt)
+			d := net.Dialer{LocalAddr: &net.UDPAddr{Port: flowPort}}
+			c, err = d.Dial("udp", echoAt)
 			return err
 		}); err != nil {
 			t.Fatalf("%s: %v", what, err)
@@ -54,8 +58,14 @@ func TestHostLinkTunnelFlowRerouted(t *testing.T) {
 				t.Fatalf("%s: the flow through the tunnel got no echo", what)
 			}
 		}
-		s.tp.Exec(t, s.name, "ip", "route", "add", testbed.ProvTunnel4.String()+"/32", "via", hostLinkHost.String(), "dev", veth)
-		defer s.tp.Exec(t, s.name, "ip", "route", "del", testbed.ProvTunnel4.String()+"/32")
+		// Only this flow's packets (its source port) take the host link:
+		// the agent's own probes to the provider keep their route.
+		s.tp.Exec(t, s.name, "ip", "route", "add", "default", "via", hostLinkHost.String(), "dev", veth, "table", flowTable)
+		s.tp.Exec(t, s.name, "ip", "rule", "add", "priority", "100", "ipproto", "udp", "sport", fmt.Sprint(flowPort), "lookup", flowTable)
+		defer func() {
+			s.tp.Exec(t, s.name, "ip", "rule", "del", "priority", "100")
+			s.tp.Exec(t, s.name, "ip", "route", "flush", "table", flowTable)
+		}()
 		ns0, h0 := tableCounters(s, s.name, names.Table), hostCounters(s)
 		echoed = say("after the route change")
 		time.Sleep(100 * time.Millisecond)
@@ -64,7 +74,7 @@ func TestHostLinkTunnelFlowRerouted(t *testing.T) {
 		return ns1[policy.CounterOutReject] - ns0[policy.CounterOutReject], hostDropped, echoed
 	}
 
-	rejected, hostDropped, echoed := flow("kill switch")
+	rejected, hostDropped, echoed := flow("kill switch", 40777)
 	if echoed || rejected == 0 || hostDropped != 0 {
 		t.Errorf("tunnel flow rerouted to the host link: echoed=%v, out_reject grew by %d, host table dropped %d; want it dropped and counted in the namespace, nothing on the host link",
 			echoed, rejected, hostDropped)
@@ -81,7 +91,7 @@ func TestHostLinkTunnelFlowRerouted(t *testing.T) {
 	if err := s.tp.NFT(s.name, "delete table inet "+names.Table+"\n"+unmarked); err != nil {
 		t.Fatalf("load the control ruleset: %v", err)
 	}
-	rejected, hostDropped, _ = flow("control")
+	rejected, hostDropped, _ = flow("control", 40778)
 	if rejected != 0 || hostDropped == 0 {
 		t.Errorf("positive control (no mark required): out_reject grew by %d, host table dropped %d; want the packet out by the host link (the host table's counter)", rejected, hostDropped)
 	}

@@ -152,6 +152,7 @@ func TestLeakMatrixDetects(t *testing.T) {
 		"dns/udp host 198.19.0.1:53", "dns/tcp host 198.19.0.1:53", "tcp host 198.19.0.1:22", "icmp host 198.19.0.1",
 		"mdns 224.0.0.251:5353", "bcast host link 198.19.0.3:9",
 		"tcp lan 198.18.3.2:7 from ns :80", "tcp lan 198.18.3.2:22", "udp lan 198.18.3.2:7", "icmp lan 198.18.3.2",
+		"tcp lan 198.18.3.3:8096 (unlisted address)", "dns/udp lan resolver 198.18.3.2:53", "dns/tcp lan resolver 198.18.3.2:53",
 	}
 	for _, id := range mustLeak {
 		if c := mx.cells["1"][id]; c.status != "LEAK" {
