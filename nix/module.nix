@@ -210,6 +210,7 @@ let
               accessibleFrom
               ;
             portMappings = map (m: { inherit (m) from to protocol; }) ns.hostLink.portMappings;
+            allowedEgress = map (e: clean { inherit (e) cidr protocol ports; }) ns.hostLink.allowedEgress;
           }
         else
           null;
@@ -392,6 +393,40 @@ let
         description = "Port inside the namespace that receives the forwarded connections.";
       };
       protocol = protocolOption;
+    };
+  };
+
+  egressModule = {
+    options = {
+      cidr = mkOption {
+        type = types.str;
+        example = "192.168.1.20/32";
+        description = ''
+          IPv4 destination (an address or a CIDR of at most /8) the namespace
+          may open connections to over the host link: a service on the host
+          (its host-link address, or its LAN address), a NAS on the LAN, a
+          port another namespace publishes on the host. Never the Internet:
+          `0.0.0.0/0`, a prefix wider than /8, one that holds a WireGuard
+          endpoint of any server, a configured DNS server or the tunnel's
+          addresses is refused.
+        '';
+      };
+      protocol = nullOption (types.enum [
+        "tcp"
+        "udp"
+        "both"
+      ]) {
+        example = "tcp";
+        description = "Transport protocol; null allows every protocol to {option}`cidr` (then {option}`ports` must be empty).";
+      };
+      ports = listOption types.port {
+        example = [ 445 ];
+        description = ''
+          Destination ports (empty: every port of {option}`protocol`). DNS
+          ports (53, 853, 5353, 5355) are reached over the host link only
+          when listed here.
+        '';
+      };
     };
   };
 
@@ -691,8 +726,8 @@ let
         hostLink = {
           enable = mkEnableOption ''
             a veth pair between the host and the namespace that carries only
-            inbound connections to {option}`portMappings` and their replies
-            (for web UIs)
+            inbound connections to {option}`portMappings`, connections to
+            {option}`allowedEgress`, and their replies (for web UIs)
           '';
           hostAddress = nullOption types.str {
             example = "10.200.1.1/30";
@@ -713,6 +748,14 @@ let
           portMappings = listOption (types.submodule portMappingModule) {
             example = literalExpression ''[ { from = 9091; to = 9091; } ]'';
             description = "Host ports forwarded to namespace ports. A host port may be mapped once across all namespaces.";
+          };
+          allowedEgress = listOption (types.submodule egressModule) {
+            example = literalExpression ''[ { cidr = "192.168.1.20/32"; protocol = "tcp"; ports = [ 445 ]; } { cidr = "10.200.1.1"; protocol = "tcp"; ports = [ 8096 ]; } ]'';
+            description = ''
+              Destinations the namespace may open connections to over the host
+              link (the host forwards to them, masquerading). Everything else
+              still leaves only through the tunnel; see docs/host-link.md.
+            '';
           };
         };
 

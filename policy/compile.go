@@ -29,7 +29,12 @@ const (
 // Compile returns the namespace kill-switch table for s. It is pure: it
 // reads only s (never modifies it) and returns the same Ruleset for the same
 // Spec. All sets and counters always exist; rules depend on the Spec.
-func Compile(s *config.Spec) *Ruleset {
+func Compile(s *config.Spec) *Ruleset { return compile(s, true) }
+
+// compile is Compile; without hostLinkMark, established connections leave
+// by the host link whether they began there or not (the rule before
+// HostLinkCtMark). Only the tests' positive control asks for that.
+func compile(s *config.Spec, hostLinkMark bool) *Ruleset {
 	tun := s.Interface
 	r := &Ruleset{
 		Family:  FamilyINet,
@@ -47,7 +52,7 @@ func Compile(s *config.Spec) *Ruleset {
 		},
 		Sets: namespaceSets(s),
 	}
-	r.Chains = append(outputChain(s), inputChain(s)...)
+	r.Chains = append(outputChain(s, hostLinkMark), inputChain(s)...)
 	r.Chains = append(r.Chains, forwardChain())
 	return r
 }
@@ -102,11 +107,16 @@ const (
 	chainInTunnel  = "in_tunnel"
 )
 
-func outputChain(s *config.Spec) []Chain {
+func outputChain(s *config.Spec, hostLinkMark bool) []Chain {
 	rules := tunnelThenLoopback(true, s.Interface,
 		"the tunnel: checked in out_tunnel, with one interface test for the bulk of the traffic",
 		"loopback stays inside the namespace")
 	rules = append(rules, blockIPv6(s, CounterOutIPv6, "IPv6 is blocked: no IPv6 packet may leave by any interface")...)
+	hl := s.HostLink
+	// allowedEgress entries that list their ports come before the DNS
+	// refusal: a DNS port is reached over the host link only where an
+	// entry names it. Entries of every port come after it.
+	rules = append(rules, egressOut(hl, true)...)
 	for _, p := range []Proto{UDP, TCP} {
 		// Rejected, not silently dropped: the packet never leaves, and the
 		// lookup fails at once instead of hanging (TCP would retransmit).
@@ -115,18 +125,76 @@ func outputChain(s *config.Spec) []Chain {
 			Comment: fmt.Sprintf("%s DNS outside the tunnel would leak lookups: count and refuse", p),
 		})
 	}
-	if hl := s.HostLink; hl != nil {
-		rules = append(rules, Rule{
-			Exprs:   []Expr{Iface{Out: true, Name: hl.NSIf}, CtStateMatch{CtEstablished | CtRelated}, Accept},
-			Comment: "host link: replies to inbound connections only, never new connections",
-		})
+	if hl != nil {
+		rules = append(rules, egressOut(hl, false)...)
+		established := Rule{
+			Exprs:   []Expr{Iface{Out: true, Name: hl.NSIf}, CtStateMatch{CtEstablished | CtRelated}, CtMarkMatch{names.HostLinkCtMark}, Accept},
+			Comment: "host link: only connections marked at their first packet on it (published ports, allowedEgress), never a tunnel flow",
+		}
+		if !hostLinkMark {
+			established = Rule{
+				Exprs:   []Expr{Iface{Out: true, Name: hl.NSIf}, CtStateMatch{CtEstablished | CtRelated}, Accept},
+				Comment: "host link: any established connection (test control: no mark)",
+			}
+		}
+		rules = append(rules, established)
 	}
 	rules = append(rules, rejectRest()...)
 	return []Chain{{
 		Name: "output", Type: ChainFilter, Hook: HookOutput, Priority: PriorityFilter, Policy: PolicyDrop,
-		Comment: "what the namespace may send: the tunnel, DNS to allowed resolvers, replies on the host link",
+		Comment: "what the namespace may send: the tunnel, DNS to allowed resolvers, allowedEgress and replies on the host link",
 		Rules:   rules,
 	}, outTunnelChain(s), outDNSChain(s)}
+}
+
+// egressOut are the output rules that let the namespace open connections
+// to hl's allowedEgress destinations over the host link, marking them
+// (HostLinkCtMark) so that their later packets leave by it too: the
+// entries that list ports (listed) or the others. One rule per port.
+func egressOut(hl *config.HostLinkSpec, listed bool) []Rule {
+	var out []Rule
+	for _, e := range egressMatches(hl, listed) {
+		out = append(out, Rule{
+			Exprs:   slices.Concat([]Expr{Iface{Out: true, Name: hl.NSIf}, CtStateMatch{CtNew}}, e.match, []Expr{CtMarkSet{names.HostLinkCtMark}, Accept}),
+			Comment: "host link: allowedEgress " + e.what + ", marked as begun on the host link",
+		})
+	}
+	return out
+}
+
+// egressMatch is one allowedEgress destination as matches, and the
+// destination as words for a comment.
+type egressMatch struct {
+	match []Expr
+	what  string
+}
+
+// egressMatches are hl's allowedEgress destinations, one per port, of the
+// entries with ports (listed) or without. nil for no host link.
+func egressMatches(hl *config.HostLinkSpec, listed bool) []egressMatch {
+	if hl == nil {
+		return nil
+	}
+	var out []egressMatch
+	for _, e := range hl.AllowedEgress {
+		if (len(e.Ports) > 0) != listed {
+			continue
+		}
+		dst := Addr{Prefix: e.Dst}
+		if e.Dst.IsSingleIP() {
+			dst = Addr{IP: e.Dst.Addr()}
+		}
+		switch {
+		case e.Proto == "":
+			out = append(out, egressMatch{[]Expr{dst}, e.Dst.String() + " (any protocol)"})
+		case len(e.Ports) == 0:
+			out = append(out, egressMatch{[]Expr{dst, L4Proto{Proto(e.Proto)}}, fmt.Sprintf("%s %s (any port)", e.Dst, e.Proto)})
+		}
+		for _, p := range e.Ports {
+			out = append(out, egressMatch{[]Expr{dst, Port{Proto: Proto(e.Proto), Port: p}}, fmt.Sprintf("%s %s/%d", e.Dst, e.Proto, p)})
+		}
+	}
+	return out
 }
 
 // outTunnelChain is what may leave through the tunnel: everything but IPv6
@@ -257,13 +325,13 @@ func inputChain(s *config.Spec) []Chain {
 			rules = append(rules,
 				Rule{
 					Exprs: []Expr{Iface{Name: hl.NSIf}, Addr{Src: true, Set: "accessible4"}, Addr{IP: ns},
-						CtStateMatch{CtNew}, Port{Proto: p, Set: set}, Accept},
-					Comment: fmt.Sprintf("host link: accessibleFrom sources to the published %s ports", p),
+						CtStateMatch{CtNew}, Port{Proto: p, Set: set}, CtMarkSet{names.HostLinkCtMark}, Accept},
+					Comment: fmt.Sprintf("host link: accessibleFrom sources to the published %s ports, marked as begun on the host link", p),
 				},
 				Rule{
 					Exprs: []Expr{Iface{Name: hl.NSIf}, Addr{Src: true, IP: hl.HostAddr.Addr()}, Addr{IP: ns},
-						CtStateMatch{CtNew}, Port{Proto: p, Set: set}, Accept},
-					Comment: fmt.Sprintf("host link: the host itself to the published %s ports", p),
+						CtStateMatch{CtNew}, Port{Proto: p, Set: set}, CtMarkSet{names.HostLinkCtMark}, Accept},
+					Comment: fmt.Sprintf("host link: the host itself to the published %s ports, marked as begun on the host link", p),
 				})
 		}
 	}

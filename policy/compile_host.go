@@ -60,10 +60,11 @@ func CompileHost(s *config.Spec) *Ruleset {
 			Comment: fmt.Sprintf("the host itself reaches %s/%d at its host-link address", p, m.HostPort),
 		})
 	}
-	return &Ruleset{
+	egress := CtMarkMatch{names.HostLinkCtMark}
+	r := &Ruleset{
 		Family:  FamilyINet,
 		Name:    names.HostTable(s.Name),
-		Comment: fmt.Sprintf("host side of namespace %q's host link %q: published ports in, replies out, nothing else", s.Name, hl.HostIf),
+		Comment: fmt.Sprintf("host side of namespace %q's host link %q: published ports in, replies and allowedEgress out, nothing else", s.Name, hl.HostIf),
 		Counters: []Counter{
 			{CounterHostFwdFromNS, "packets from the namespace the host was asked to route (never a way out)"},
 			{CounterHostFwdToNS, "routed packets to the namespace that were not published"},
@@ -87,12 +88,12 @@ func CompileHost(s *config.Spec) *Ruleset {
 				Name: "forward", Type: ChainFilter, Hook: HookForward, Priority: PriorityFilter, Policy: PolicyAccept,
 				Comment: "the host link is never a route out of the namespace",
 				Rules: slices.Concat(
-					acceptElseDrop(host, CtStateMatch{CtEstablished | CtRelated}, CounterHostFwdFromNS,
-						"replies from the namespace's published services",
-						"the namespace may not route out through the host: count and drop"),
-					acceptElseDrop(toNS, CtStatusDNAT{}, CounterHostFwdToNS,
-						"only published (DNATed) connections are routed into the namespace",
-						"nothing else is routed into the namespace: count and drop")),
+					acceptElseDrop(host, CounterHostFwdFromNS, "the namespace may not route out through the host: count and drop",
+						accepted{CtStateMatch{CtEstablished | CtRelated}, "replies from the namespace's published services"},
+						accepted{egress, "the namespace's allowedEgress connections (marked at their first packet in egress_mark)"}),
+					acceptElseDrop(toNS, CounterHostFwdToNS, "nothing else is routed into the namespace: count and drop",
+						accepted{CtStatusDNAT{}, "published (DNATed) connections are routed into the namespace"},
+						accepted{egress, "replies to the namespace's allowedEgress connections"})),
 			},
 			{
 				// Postrouting sees the interface a packet really leaves by,
@@ -105,19 +106,63 @@ func CompileHost(s *config.Spec) *Ruleset {
 			{
 				Name: "input", Type: ChainFilter, Hook: HookInput, Priority: PriorityFilter, Policy: PolicyAccept,
 				Comment: "the namespace may not open connections to host sockets",
-				Rules: acceptElseDrop(host, CtStateMatch{CtEstablished | CtRelated}, CounterHostInFromNS,
-					"replies to the host's own connections into the namespace",
-					"nothing else from the namespace reaches host sockets: count and drop"),
+				Rules: acceptElseDrop(host, CounterHostInFromNS, "nothing else from the namespace reaches host sockets: count and drop",
+					accepted{CtStateMatch{CtEstablished | CtRelated}, "replies to the host's own connections into the namespace"},
+					accepted{egress, "the namespace's allowedEgress connections to host services (marked in egress_mark)"}),
 			},
+		},
+	}
+	if len(hl.AllowedEgress) > 0 {
+		r.Chains = append(r.Chains, egressHostChains(hl)...)
+	}
+	return r
+}
+
+// egressHostChains mark the namespace's connections to its allowedEgress
+// destinations at their first packet, before any DNAT (a port another
+// namespace publishes on the host is DNATed on the way), so that forward
+// and input accept them; and masquerade those the host routes on, so the
+// LAN answers without a route to the host link.
+func egressHostChains(hl *config.HostLinkSpec) []Chain {
+	from := []Expr{Iface{Name: hl.HostIf}, Addr{Src: true, IP: hl.NSAddr.Addr()}, CtStateMatch{CtNew}}
+	var mark []Rule
+	for _, listed := range []bool{true, false} {
+		for _, e := range egressMatches(hl, listed) {
+			mark = append(mark, Rule{
+				Exprs:   slices.Concat(from, e.match, []Expr{CtMarkSet{names.HostLinkCtMark}}),
+				Comment: "allowedEgress " + e.what + " from the namespace: mark",
+			})
+		}
+	}
+	return []Chain{
+		{
+			Name: "egress_mark", Type: ChainFilter, Hook: HookPrerouting, Priority: PriorityMangle, Policy: PolicyAccept,
+			Comment: "the namespace's new connections to its allowedEgress destinations (before DNAT): marked, nothing else",
+			Rules:   mark,
+		},
+		{
+			Name: "egress_nat", Type: ChainNAT, Hook: HookPostrouting, Priority: PrioritySrcNAT, Policy: PolicyAccept,
+			Comment: "allowedEgress connections the host routes on leave with the host's address",
+			Rules: []Rule{{
+				Exprs:   []Expr{Iface{Name: hl.HostIf}, Iface{Out: true, Not: true, Name: hl.HostIf}, CtMarkMatch{names.HostLinkCtMark}, Masquerade{}},
+				Comment: "allowedEgress from the namespace, routed on: masquerade",
+			}},
 		},
 	}
 }
 
-// acceptElseDrop accepts the packets on matches that also match ok, and
-// counts (in counter) and drops the rest of them.
-func acceptElseDrop(on, ok Expr, counter, accepted, dropped string) []Rule {
-	return []Rule{
-		{Exprs: []Expr{on, ok, Accept}, Comment: accepted},
-		{Exprs: []Expr{on, CounterRef{counter}, Drop}, Comment: dropped},
+// accepted is a match acceptElseDrop accepts, and why.
+type accepted struct {
+	ok  Expr
+	why string
+}
+
+// acceptElseDrop accepts the packets on matches that also match one of
+// oks, and counts (in counter) and drops the rest of them.
+func acceptElseDrop(on Expr, counter, dropped string, oks ...accepted) []Rule {
+	var out []Rule
+	for _, a := range oks {
+		out = append(out, Rule{Exprs: []Expr{on, a.ok, Accept}, Comment: a.why})
 	}
+	return append(out, Rule{Exprs: []Expr{on, CounterRef{counter}, Drop}, Comment: dropped})
 }

@@ -136,7 +136,7 @@ func CompileSidecar(s *config.Spec, agent AgentSocket, endpoints []netip.AddrPor
 			{Name: "metrics_tcp", Type: SetInetService, Comment: "metrics.listen port (kubelet probes, Prometheus)", Ports: metrics},
 		}),
 	}
-	out := outputChain(s)[1:] // out_tunnel, out_dns: as host mode
+	out := outputChain(s, true)[1:] // out_tunnel, out_dns: as host mode
 	r.Chains = slices.Concat([]Chain{sidecarOutput(s)}, out, sidecarOutPod(s, agent, levels), []Chain{sidecarOutAgent(s)},
 		sidecarInput(s), []Chain{inTunnelChain(s), forwardChain()})
 	if err := r.Validate(); err != nil {

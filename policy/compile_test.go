@@ -81,6 +81,21 @@ func hostLinkSpec() *config.Spec {
 	return s
 }
 
+// egressSpec is the host link with allowedEgress: a host service, a NAS's
+// ports (a DNS port listed), a LAN of any protocol and a prefix that is
+// not whole bytes.
+func egressSpec() *config.Spec {
+	s := hostLinkSpec()
+	s.HostLink.AllowedEgress = []config.EgressSpec{
+		{Dst: pfx("10.200.1.1/32"), Proto: "tcp", Ports: []uint16{8096}},
+		{Dst: pfx("192.168.1.20/32"), Proto: "tcp", Ports: []uint16{53, 445}},
+		{Dst: pfx("192.168.1.20/32"), Proto: "udp", Ports: []uint16{53}},
+		{Dst: pfx("192.168.2.0/24")},
+		{Dst: pfx("172.16.16.0/20"), Proto: "udp"},
+	}
+	return s
+}
+
 // portForwardSpec has port forwarding on: the forwarded-port sets and
 // their rules, empty until a lease fills them.
 func portForwardSpec() *config.Spec {
@@ -100,6 +115,7 @@ var goldenCases = []goldenCase{
 	{"dns-tunnel-mode", tunnelDNSSpec},
 	{"open-ports", openPortsSpec},
 	{"host-link", hostLinkSpec},
+	{"host-link-egress", egressSpec},
 	{"port-forwarding", portForwardSpec},
 }
 

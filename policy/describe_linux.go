@@ -45,6 +45,12 @@ func describe(e expr.Any) string {
 	case *expr.Bitwise:
 		return fmt.Sprintf("bitwise reg %d = (reg %d & 0x%x) ^ 0x%x len %d", e.DestRegister, e.SourceRegister, e.Mask, e.Xor, e.Len)
 	case *expr.Ct:
+		if e.SourceRegister || e.Register == 0 {
+			// A ct set ("ct mark set ..."): the library reads its
+			// source register back as neither (no NFTA_CT_SREG
+			// decoding), and Apply never loads into register 0.
+			return fmt.Sprintf("ct set key %d dir %d", e.Key, e.Direction)
+		}
 		return fmt.Sprintf("ct key %d reg %d sreg %t dir %d", e.Key, e.Register, e.SourceRegister, e.Direction)
 	case *expr.Objref:
 		return fmt.Sprintf("objref type %d name %s", e.Type, e.Name)
@@ -68,6 +74,8 @@ func describe(e expr.Any) string {
 			n.RegProtoMax = n.RegProtoMin
 		}
 		return fmt.Sprintf("nat %+v", n)
+	case *expr.Masq:
+		return fmt.Sprintf("masq %+v", *e)
 	case *expr.Rt, *expr.Byteorder, *expr.Socket:
 		return "" // not decoded by the library on read-back
 	}

@@ -37,13 +37,15 @@ type NFProto struct{ V6 bool }
 // L4Proto matches the transport protocol ("meta l4proto tcp").
 type L4Proto struct{ Proto Proto }
 
-// Addr matches a source or destination address against a named set or a
-// single address ("ip daddr @dns4", "ip saddr 10.200.1.1").
+// Addr matches a source or destination address against a named set, a
+// single address or a prefix ("ip daddr @dns4", "ip saddr 10.200.1.1",
+// "ip daddr 192.168.1.0/24").
 type Addr struct {
-	V6  bool
-	Src bool
-	Set string     // set name, or
-	IP  netip.Addr // a single address
+	V6     bool
+	Src    bool
+	Set    string       // set name, or
+	IP     netip.Addr   // a single address, or
+	Prefix netip.Prefix // a masked prefix shorter than an address
 }
 
 // Port matches a destination (or, with Src, source) port against a named
@@ -96,6 +98,18 @@ type SocketCgroup struct {
 	ID    uint64
 }
 
+// CtMarkSet sets Bit in the connection's conntrack mark and keeps its
+// other bits ("ct mark set ct mark | 0x00002000").
+type CtMarkSet struct{ Bit uint32 }
+
+// CtMarkMatch matches connections whose conntrack mark has Bit set
+// ("ct mark & 0x00002000 == 0x00002000").
+type CtMarkMatch struct{ Bit uint32 }
+
+// Masquerade source-NATs to the outgoing interface's address
+// ("masquerade"; a nat postrouting chain only).
+type Masquerade struct{}
+
 // TCPSyn matches TCP packets with SYN set ("tcp flags syn").
 type TCPSyn struct{}
 
@@ -144,6 +158,9 @@ func (CtStateMatch) isExpr()     {}
 func (CtStatusDNAT) isExpr()     {}
 func (CtDirectionReply) isExpr() {}
 func (SocketCgroup) isExpr()     {}
+func (CtMarkSet) isExpr()        {}
+func (CtMarkMatch) isExpr()      {}
+func (Masquerade) isExpr()       {}
 func (TCPSyn) isExpr()           {}
 func (FibDaddrLocal) isExpr()    {}
 func (ClampMSS) isExpr()         {}
@@ -184,9 +201,12 @@ func (e Addr) String() string {
 	} else {
 		b.WriteString(" daddr ")
 	}
-	if e.Set != "" {
+	switch {
+	case e.Set != "":
 		b.WriteString("@" + e.Set)
-	} else {
+	case e.Prefix.IsValid():
+		b.WriteString(e.Prefix.String())
+	default:
 		b.WriteString(e.IP.String())
 	}
 	return b.String()
@@ -225,6 +245,9 @@ func (CtDirectionReply) String() string { return "ct direction reply" }
 func (e SocketCgroup) String() string {
 	return fmt.Sprintf("socket cgroupv2 level %d %d", e.Level, e.ID)
 }
+func (e CtMarkSet) String() string   { return fmt.Sprintf("ct mark set ct mark | 0x%08x", e.Bit) }
+func (e CtMarkMatch) String() string { return fmt.Sprintf("ct mark & 0x%08x == 0x%08x", e.Bit, e.Bit) }
+func (Masquerade) String() string    { return "masquerade" }
 func (TCPSyn) String() string        { return "tcp flags syn" }
 func (FibDaddrLocal) String() string { return "fib daddr type local" }
 func (ClampMSS) String() string      { return "tcp option maxseg size set rt mtu" }

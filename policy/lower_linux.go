@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/google/nftables"
@@ -78,6 +79,9 @@ func (c *lowerCtx) lower(e Expr) ([]expr.Any, error) {
 		case e.Src:
 			off = 12
 		}
+		if e.Prefix.IsValid() {
+			return append(out, prefixMatch(e.Prefix, off)...), nil
+		}
 		out = append(out, &expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n})
 		if e.Set != "" {
 			l, err := c.lookup(e.Set)
@@ -115,6 +119,22 @@ func (c *lowerCtx) lower(e Expr) ([]expr.Any, error) {
 			&expr.Socket{Key: expr.SocketKeyCgroupv2, Level: e.Level, Register: reg1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint64(e.ID)},
 		}, nil
+	case CtMarkSet:
+		return []expr.Any{
+			&expr.Ct{Register: reg1, Key: expr.CtKeyMARK},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(^e.Bit), Xor: binaryutil.NativeEndian.PutUint32(e.Bit)},
+			&expr.Ct{Register: reg1, SourceRegister: true, Key: expr.CtKeyMARK},
+		}, nil
+	case CtMarkMatch:
+		return []expr.Any{
+			&expr.Ct{Register: reg1, Key: expr.CtKeyMARK},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(e.Bit), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(e.Bit)},
+		}, nil
+	case Masquerade:
+		return []expr.Any{&expr.Masq{}}, nil
 	case TCPSyn:
 		return append(c.needL4(TCP),
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
@@ -155,6 +175,26 @@ func (c *lowerCtx) lower(e Expr) ([]expr.Any, error) {
 		}, nil
 	}
 	return nil, fmt.Errorf("unsupported expression %T", e)
+}
+
+// prefixMatch matches the address at network header offset off against
+// p as nft does: a whole-byte prefix compares only its bytes, another
+// is masked first.
+func prefixMatch(p netip.Prefix, off uint32) []expr.Any {
+	a := p.Masked().Addr().AsSlice()
+	if p.Bits()%8 == 0 {
+		n := uint32(p.Bits() / 8)
+		return []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: a[:n]},
+		}
+	}
+	mask := net.CIDRMask(p.Bits(), len(a)*8)
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(a))},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: uint32(len(a)), Mask: mask, Xor: make([]byte, len(a))},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: a},
+	}
 }
 
 func (c *lowerCtx) needNFProto(v6 bool) []expr.Any {

@@ -95,8 +95,12 @@ func priorityName(c *Chain) string {
 	switch {
 	case c.Type == ChainFilter && c.Priority == PriorityFilter:
 		return "filter"
+	case c.Type == ChainFilter && c.Priority == PriorityMangle:
+		return "mangle"
 	case c.Type == ChainNAT && c.Hook == HookPrerouting && c.Priority == PriorityDstNAT:
 		return "dstnat"
+	case c.Type == ChainNAT && c.Hook == HookPostrouting && c.Priority == PrioritySrcNAT:
+		return "srcnat"
 	}
 	return strconv.Itoa(int(c.Priority))
 }

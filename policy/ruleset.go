@@ -87,6 +87,8 @@ const (
 const (
 	PriorityFilter int32 = 0
 	PriorityDstNAT int32 = -100
+	PriorityMangle int32 = -150
+	PrioritySrcNAT int32 = 100
 )
 
 // Chain is a base chain (Hook set), or a regular chain (Hook, Type and

@@ -140,7 +140,7 @@ func (r *Rule) validate(sets map[string]SetType, counters map[string]bool, chain
 	for i, e := range r.Exprs {
 		if i < len(r.Exprs)-1 {
 			switch e.(type) {
-			case Verdict, Goto, Reject, DNAT:
+			case Verdict, Goto, Reject, DNAT, Masquerade:
 				return fmt.Errorf("%s must be last", e)
 			}
 		}
@@ -150,7 +150,12 @@ func (r *Rule) validate(sets map[string]SetType, counters map[string]bool, chain
 				return fmt.Errorf("interface name %q is not valid", e.Name)
 			}
 		case Addr:
-			if e.Set != "" {
+			if e.Prefix.IsValid() {
+				if e.Set != "" || e.IP.IsValid() || e.Prefix != e.Prefix.Masked() || e.Prefix.IsSingleIP() ||
+					e.Prefix.Addr().Is6() != e.V6 || e.Prefix.Addr().Is4In6() {
+					return fmt.Errorf("%s: prefix does not fit (masked, shorter than an address, of the family, alone)", e)
+				}
+			} else if e.Set != "" {
 				want := SetIPv4Addr
 				if e.V6 {
 					want = SetIPv6Addr
@@ -209,7 +214,17 @@ func (r *Rule) validate(sets map[string]SetType, counters map[string]bool, chain
 			if e.Level == 0 || e.Level > 255 || e.ID <= 1 {
 				return fmt.Errorf("%s: need a level 1-255 and a cgroup other than the root", e)
 			}
-		case NFProto, CtStateMatch, CtStatusDNAT, CtDirectionReply, FibDaddrLocal, Mark:
+		case CtMarkSet, CtMarkMatch:
+			var bit uint32
+			if m, ok := e.(CtMarkSet); ok {
+				bit = m.Bit
+			} else {
+				bit = e.(CtMarkMatch).Bit
+			}
+			if bit == 0 || bit&(bit-1) != 0 {
+				return fmt.Errorf("%s: need a single mark bit", e)
+			}
+		case NFProto, CtStateMatch, CtStatusDNAT, CtDirectionReply, FibDaddrLocal, Masquerade, Mark:
 		default:
 			return fmt.Errorf("unsupported expression %T", e)
 		}

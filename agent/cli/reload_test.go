@@ -164,12 +164,18 @@ func TestReloadClassifiesEveryConfigField(t *testing.T) {
 		"hostLink.portMappings[].from":     {after: func(c *config.Config) { c.HostLink.PortMappings[0].From = 9092 }, refused: []string{"hostLink"}},
 		"hostLink.portMappings[].to":       {after: func(c *config.Config) { c.HostLink.PortMappings[0].To = 9092 }, refused: []string{"hostLink"}},
 		"hostLink.portMappings[].protocol": {after: func(c *config.Config) { c.HostLink.PortMappings[0].Protocol = "udp" }, refused: []string{"hostLink"}},
-		"health.probe.address":             {after: func(c *config.Config) { c.Health.Probe.Address = "10.2.0.1" }, live: []string{"health"}},
-		"health.probe.interval":            {after: func(c *config.Config) { c.Health.Probe.Interval = "5s" }, live: []string{"health"}},
-		"health.probe.failures":            {after: func(c *config.Config) { c.Health.Probe.Failures = 1 }, live: []string{"health"}},
-		"metrics.listen":                   {after: func(c *config.Config) { c.Metrics.Listen = "127.0.0.1:9587" }, live: []string{"metrics"}},
-		"portForwarding.natpmp.gateway":    {after: func(c *config.Config) { pf(c).NATPMP.Gateway = "10.2.0.5" }, live: []string{"portForwarding"}},
-		"portForwarding.natpmp.style":      {after: func(c *config.Config) { pf(c).NATPMP.Style = "rfc"; pf(c).NATPMP.InternalPort = 51413 }, live: []string{"portForwarding"}},
+		"hostLink.allowedEgress[].cidr": {before: withEgress,
+			after: func(c *config.Config) { c.HostLink.AllowedEgress[0].CIDR = "192.168.1.21" }, refused: []string{"hostLink"}},
+		"hostLink.allowedEgress[].protocol": {before: withEgress,
+			after: func(c *config.Config) { c.HostLink.AllowedEgress[0].Protocol = "both" }, refused: []string{"hostLink"}},
+		"hostLink.allowedEgress[].ports": {before: withEgress,
+			after: func(c *config.Config) { c.HostLink.AllowedEgress[0].Ports = []int{445, 139} }, refused: []string{"hostLink"}},
+		"health.probe.address":          {after: func(c *config.Config) { c.Health.Probe.Address = "10.2.0.1" }, live: []string{"health"}},
+		"health.probe.interval":         {after: func(c *config.Config) { c.Health.Probe.Interval = "5s" }, live: []string{"health"}},
+		"health.probe.failures":         {after: func(c *config.Config) { c.Health.Probe.Failures = 1 }, live: []string{"health"}},
+		"metrics.listen":                {after: func(c *config.Config) { c.Metrics.Listen = "127.0.0.1:9587" }, live: []string{"metrics"}},
+		"portForwarding.natpmp.gateway": {after: func(c *config.Config) { pf(c).NATPMP.Gateway = "10.2.0.5" }, live: []string{"portForwarding"}},
+		"portForwarding.natpmp.style":   {after: func(c *config.Config) { pf(c).NATPMP.Style = "rfc"; pf(c).NATPMP.InternalPort = 51413 }, live: []string{"portForwarding"}},
 		"portForwarding.natpmp.internalPort": {before: func(c *config.Config) { pf(c).NATPMP.Style = "rfc"; pf(c).NATPMP.InternalPort = 51413 },
 			after: func(c *config.Config) { pf(c).NATPMP.InternalPort = 6881 }, live: []string{"portForwarding"}},
 		"portForwarding.natpmp.protocol":              {after: func(c *config.Config) { pf(c).NATPMP.Protocol = "udp" }, live: []string{"portForwarding"}},
@@ -317,4 +323,9 @@ func TestAgentFields(t *testing.T) {
 	if got := agentFields(none); len(got) != 0 {
 		t.Errorf("agentFields without them %q", got)
 	}
+}
+
+// withEgress gives the host link one allowedEgress entry (issue 24.1).
+func withEgress(c *config.Config) {
+	c.HostLink.AllowedEgress = []config.Egress{{CIDR: "192.168.1.20", Protocol: "tcp", Ports: []int{445}}}
 }

@@ -316,8 +316,9 @@ type Port struct {
 	Protocol string `json:"protocol,omitempty"`
 }
 
-// HostLink is a veth pair between the host and the namespace. It only ever
-// carries inbound connections to mapped ports and their replies.
+// HostLink is a veth pair between the host and the namespace. It carries
+// inbound connections to mapped ports, connections to the allowedEgress
+// destinations, and their replies.
 type HostLink struct {
 	// Enable creates the veth pair (vh-NAME on the host, vn-NAME inside).
 	Enable bool `json:"enable,omitempty"`
@@ -334,6 +335,29 @@ type HostLink struct {
 	AccessibleFrom []string `json:"accessibleFrom,omitempty"`
 	// PortMappings forward host ports to namespace ports.
 	PortMappings []PortMapping `json:"portMappings,omitempty"`
+	// AllowedEgress lists the destinations the namespace may open
+	// connections to over the host link (a service on the host, a NAS on
+	// the LAN, a port another namespace publishes on the host), never a
+	// way to the Internet: each is an IPv4 CIDR of at most a /8 that
+	// covers no WireGuard endpoint and no configured resolver. Everything
+	// else still leaves only through the tunnel; DNS ports over the host
+	// link only where an entry lists them.
+	AllowedEgress []Egress `json:"allowedEgress,omitempty"`
+}
+
+// Egress is one destination the namespace may connect to over the host
+// link.
+type Egress struct {
+	// CIDR is the IPv4 destination, an address or a prefix of at most /8,
+	// e.g. "192.168.1.20/32" or "10.200.1.1" (the host's host-link address).
+	CIDR string `json:"cidr"`
+	// Protocol is "tcp", "udp" or "both"; empty allows every protocol to
+	// the CIDR (and then ports must be empty).
+	Protocol string `json:"protocol,omitempty"`
+	// Ports are the destination ports allowed (empty: every port of the
+	// protocol). DNS ports (53, 853, 5353, 5355) are allowed only when
+	// listed here.
+	Ports []int `json:"ports,omitempty"`
 }
 
 // PortMapping forwards a host port to a namespace port.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -301,6 +302,30 @@ func TestBadInput(t *testing.T) {
 		{"accessibleFrom contains dns", "hostLink.accessibleFrom[0]", func(m map[string]any) { hostLink(m)["accessibleFrom"] = []any{"10.2.0.0/16"} }},
 		{"accessibleFrom contains endpoint", "hostLink.accessibleFrom[0]", func(m map[string]any) { hostLink(m)["accessibleFrom"] = []any{"198.51.100.0/24"} }},
 		{"accessibleFrom ipv6", "hostLink.accessibleFrom[0]", func(m map[string]any) { hostLink(m)["accessibleFrom"] = []any{"fd00::/64"} }},
+		{"egress everything", "hostLink.allowedEgress[0].cidr", func(m map[string]any) { egress(m, map[string]any{"cidr": "0.0.0.0/0"}) }},
+		{"egress wider than a /8", "hostLink.allowedEgress[1].cidr", func(m map[string]any) {
+			egress(m, map[string]any{"cidr": "192.168.1.20"}, map[string]any{"cidr": "128.0.0.0/7"})
+		}},
+		{"egress contains dns", "hostLink.allowedEgress[1].cidr", func(m map[string]any) {
+			egress(m, map[string]any{"cidr": "192.168.1.20"}, map[string]any{"cidr": "10.2.0.1/32", "protocol": "udp", "ports": []any{53}})
+		}},
+		{"egress contains endpoint", "hostLink.allowedEgress[0].cidr", func(m map[string]any) { egress(m, map[string]any{"cidr": "198.51.0.0/16"}) }},
+		{"egress overlaps tunnel", "hostLink.allowedEgress[0].cidr", func(m map[string]any) { egress(m, map[string]any{"cidr": "10.2.0.2"}) }},
+		{"egress ipv6", "hostLink.allowedEgress[0].cidr", func(m map[string]any) { egress(m, map[string]any{"cidr": "fd00::/64"}) }},
+		{"egress multicast", "hostLink.allowedEgress[0].cidr", func(m map[string]any) { egress(m, map[string]any{"cidr": "224.0.0.251"}) }},
+		{"egress not a cidr", "hostLink.allowedEgress[0].cidr", func(m map[string]any) { egress(m, map[string]any{"cidr": "nas.lan"}) }},
+		{"egress ports without protocol", "hostLink.allowedEgress[0].protocol", func(m map[string]any) {
+			egress(m, map[string]any{"cidr": "192.168.1.20", "ports": []any{445}})
+		}},
+		{"egress bad protocol", "hostLink.allowedEgress[0].protocol", func(m map[string]any) {
+			egress(m, map[string]any{"cidr": "192.168.1.20", "protocol": "icmp"})
+		}},
+		{"egress port zero", "hostLink.allowedEgress[0].ports[1]", func(m map[string]any) {
+			egress(m, map[string]any{"cidr": "192.168.1.20", "protocol": "tcp", "ports": []any{445, 0}})
+		}},
+		{"egress without host link", "hostLink.enable", func(m map[string]any) {
+			m["hostLink"] = map[string]any{"allowedEgress": []any{map[string]any{"cidr": "192.168.1.20"}}}
+		}},
 		{"host port mapped twice", "hostLink.portMappings[1].from", func(m map[string]any) {
 			hostLink(m)["portMappings"] = []any{map[string]any{"from": 8080, "to": 80}, map[string]any{"from": 8080, "to": 81}}
 		}},
@@ -361,6 +386,52 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// egress sets hostLink.allowedEgress.
+func egress(m map[string]any, entries ...any) {
+	h := map[string]any{"enable": true, "hostAddress": "10.200.1.1/30", "namespaceAddress": "10.200.1.2/30"}
+	h["allowedEgress"] = entries
+	m["hostLink"] = h
+}
+
+func TestAllowedEgress(t *testing.T) {
+	f := newFixture(t)
+	m := f.structured()
+	egress(m,
+		map[string]any{"cidr": "192.168.1.20", "protocol": "both", "ports": []any{445, 139, 445}},
+		map[string]any{"cidr": "10.200.1.1/32", "protocol": "tcp"},
+		map[string]any{"cidr": "192.168.7.9/24"})
+	s, err := resolveJSON(t, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []EgressSpec{
+		{Dst: netip.MustParsePrefix("192.168.1.20/32"), Proto: "tcp", Ports: []uint16{139, 445}},
+		{Dst: netip.MustParsePrefix("192.168.1.20/32"), Proto: "udp", Ports: []uint16{139, 445}},
+		{Dst: netip.MustParsePrefix("10.200.1.1/32"), Proto: "tcp"},
+		{Dst: netip.MustParsePrefix("192.168.7.0/24")},
+	}
+	if !reflect.DeepEqual(s.HostLink.AllowedEgress, want) {
+		t.Errorf("allowedEgress = %+v, want %+v", s.HostLink.AllowedEgress, want)
+	}
+	if !s.HostLink.Forwards() {
+		t.Error("a host link with allowedEgress and no port mappings does not forward")
+	}
+}
+
+// TestAllowedEgressCoversPoolEndpoint: every server of a pool is checked,
+// not only the first.
+func TestAllowedEgressCoversPoolEndpoint(t *testing.T) {
+	f := newFixture(t)
+	second := f.secondServer(t, "10.3.0.1", "192.168.7.9:51820")
+	m := map[string]any{"name": "proton", "wireguard": map[string]any{"configFiles": []any{f.wgFile, second}}}
+	egress(m, map[string]any{"cidr": "192.168.1.20"}, map[string]any{"cidr": "192.168.7.0/24", "protocol": "tcp", "ports": []any{445}})
+	_, err := resolveJSON(t, m)
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "hostLink.allowedEgress[1].cidr" || !strings.Contains(err.Error(), "192.168.7.9") {
+		t.Fatalf("a CIDR holding the second server's endpoint: %v, want a FieldError on hostLink.allowedEgress[1].cidr", err)
+	}
+}
+
 func TestParseJSONErrors(t *testing.T) {
 	for in, want := range map[string]string{
 		``:                             "empty",
@@ -386,6 +457,7 @@ func TestParseJSONErrors(t *testing.T) {
 func FuzzConfig(f *testing.F) {
 	f.Add([]byte(`{"name":"proton","wireguard":{"configFile":"/run/secrets/p.conf"}}`))
 	f.Add([]byte(`{"name":"a","wireguard":{"privateKeyFile":"/k","addresses":["10.0.0.2/32"],"peers":[{"publicKey":"x","endpoint":"[::1]:1","allowedIPs":["0.0.0.0/0"]}]},"hostLink":{"enable":true,"hostAddress":"10.9.0.1/30","namespaceAddress":"10.9.0.2/30","accessibleFrom":["192.168.0.0/16"],"portMappings":[{"from":1,"to":2,"protocol":"both"}]}}`))
+	f.Add([]byte(`{"name":"a","wireguard":{"privateKeyFile":"/k","addresses":["10.0.0.2/32"],"peers":[{"publicKey":"x","endpoint":"198.51.100.1:1","allowedIPs":["0.0.0.0/0"]}]},"hostLink":{"enable":true,"hostAddress":"10.9.0.1/30","namespaceAddress":"10.9.0.2/30","allowedEgress":[{"cidr":"192.168.1.20","protocol":"both","ports":[445,53]},{"cidr":"10.9.0.1/32"},{"cidr":"0.0.0.0/0"}]}}`))
 	f.Add([]byte(`{"name":"t","wireguard":{"configFile":"/run/secrets/p.conf"},"portForwarding":{"natpmp":{"gateway":"10.2.0.1","style":"rfc","internalPort":6881,"protocol":"tcp","lifetime":"90s"},"transmission":{"url":"http://127.0.0.1:9091/transmission/rpc","credentialsFile":"/run/secrets/tr","user":"debian-transmission"},"qbittorrent":{"url":"http://127.0.0.1:8080"},"onChange":["/bin/true","x"]}}`))
 	// Issue 21.5: names in another case (encoding/json would take them).
 	f.Add([]byte(`{"name":"proton","wireGuard":{"configfile":"/run/secrets/p.conf"},"DNS":{"Mode":"tunnel"}}`))

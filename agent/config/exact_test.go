@@ -79,7 +79,7 @@ func nest(path, key string) []byte {
 	return b
 }
 
-var listField = map[string]bool{"peers": true, "openPorts": true, "portMappings": true, "servers": true}
+var listField = map[string]bool{"peers": true, "openPorts": true, "portMappings": true, "servers": true, "allowedEgress": true}
 
 // Issue 21.7a: a JSON syntax error names its line and column.
 func TestJSONSyntaxErrorLineColumn(t *testing.T) {

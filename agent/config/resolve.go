@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -489,8 +490,8 @@ func protocols(field, p string) ([]string, error) {
 func resolveHostLink(c *Config, s *Spec) error {
 	h := c.HostLink
 	if !h.Enable {
-		if len(h.PortMappings) > 0 || len(h.AccessibleFrom) > 0 {
-			return fieldErr("hostLink.enable", "set hostLink.enable = true, or remove the mappings", "portMappings/accessibleFrom given but the host link is disabled")
+		if len(h.PortMappings) > 0 || len(h.AccessibleFrom) > 0 || len(h.AllowedEgress) > 0 {
+			return fieldErr("hostLink.enable", "set hostLink.enable = true, or remove the mappings", "portMappings/accessibleFrom/allowedEgress given but the host link is disabled")
 		}
 		return nil
 	}
@@ -553,8 +554,83 @@ func resolveHostLink(c *Config, s *Spec) error {
 			hl.Mappings = append(hl.Mappings, Mapping{HostPort: uint16(m.From), NSPort: uint16(m.To), Proto: proto})
 		}
 	}
+	if hl.AllowedEgress, err = resolveEgress(s, h.AllowedEgress); err != nil {
+		return err
+	}
 	s.HostLink = hl
 	return nil
+}
+
+// Bounds of hostLink.allowedEgress: each entry is one rule per port in
+// the kill switch and in the host table.
+const (
+	maxEgress      = 32
+	maxEgressPorts = 16
+	// minEgressBits is the widest allowedEgress prefix: a LAN, never
+	// the Internet.
+	minEgressBits = 8
+)
+
+// resolveEgress checks hostLink.allowedEgress, also against s's tunnel
+// addresses, resolvers and WireGuard endpoints (Resolve checks each server
+// of a pool with its own).
+func resolveEgress(s *Spec, in []Egress) ([]EgressSpec, error) {
+	if len(in) > maxEgress {
+		return nil, fieldErr("hostLink.allowedEgress", fmt.Sprintf("list at most %d destinations (a CIDR covers many)", maxEgress), "%d entries given", len(in))
+	}
+	var out []EgressSpec
+	for i, e := range in {
+		field := fmt.Sprintf("hostLink.allowedEgress[%d]", i)
+		p, err := netip.ParsePrefix(e.CIDR)
+		if err != nil {
+			a, err2 := netip.ParseAddr(e.CIDR)
+			if err2 != nil {
+				return nil, fieldErr(field+".cidr", "write an IPv4 address or CIDR such as 192.168.1.20/32", "%q is not a CIDR", e.CIDR)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		switch {
+		case !p.Addr().Is4():
+			return nil, fieldErr(field+".cidr", "the host link is IPv4 only (IPv6 is off on both veth ends); list IPv4 destinations", "%s is not IPv4", p)
+		case p.Bits() == 0:
+			return nil, fieldErr(field+".cidr", "list only the hosts or LAN prefixes the namespace needs: a default route over the host link would bypass the tunnel", "%s covers the whole Internet", p)
+		case p.Bits() < minEgressBits:
+			return nil, fieldErr(field+".cidr", fmt.Sprintf("narrow it to a /%d or longer: the host link is for LAN and host services, not the Internet", minEgressBits), "%s is wider than a /%d", p, minEgressBits)
+		}
+		for _, r := range reservedV4 {
+			if p.Overlaps(r.pfx) {
+				return nil, fieldErr(field+".cidr", "list unicast LAN or host addresses", "%s overlaps %s (%s)", p, r.pfx, r.what)
+			}
+		}
+		if err := egressCovers(field+".cidr", p, s); err != nil {
+			return nil, err
+		}
+		if e.Protocol == "" && len(e.Ports) > 0 {
+			return nil, fieldErr(field+".protocol", `set "tcp", "udp" or "both" for the ports`, "ports given without a protocol")
+		}
+		if len(e.Ports) > maxEgressPorts {
+			return nil, fieldErr(field+".ports", fmt.Sprintf("list at most %d ports, or split the entry", maxEgressPorts), "%d ports given", len(e.Ports))
+		}
+		var ports []uint16
+		for j, port := range e.Ports {
+			if err := checkPort(fmt.Sprintf("%s.ports[%d]", field, j), "use a port 1–65535", port); err != nil {
+				return nil, err
+			}
+			ports = append(ports, uint16(port))
+		}
+		slices.Sort(ports)
+		ports = slices.Compact(ports)
+		protos := []string{""}
+		if e.Protocol != "" {
+			if protos, err = protocols(field+".protocol", e.Protocol); err != nil {
+				return nil, err
+			}
+		}
+		for _, proto := range protos {
+			out = append(out, EgressSpec{Dst: p.Masked(), Proto: proto, Ports: ports})
+		}
+	}
+	return out, nil
 }
 
 func hostLinkAddr(field, a string) (netip.Prefix, error) {
@@ -638,20 +714,46 @@ func checkOverlaps(s *Spec) error {
 		}
 	}
 	for i, p := range s.HostLink.AccessibleFrom {
-		for _, a := range s.Addresses {
-			if p.Overlaps(a) {
-				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "remove the tunnel's own addresses from accessibleFrom", "%s overlaps tunnel address %s", p, a)
-			}
+		if err := refuseCovered(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), p, s, [3]string{
+			"remove the tunnel's own addresses from accessibleFrom",
+			"resolvers are reached only through the tunnel; narrow accessibleFrom",
+			"the endpoint must stay reachable on the host's own network; narrow accessibleFrom",
+		}); err != nil {
+			return err
 		}
-		for _, d := range s.DNS {
-			if p.Contains(d) {
-				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "resolvers are reached only through the tunnel; narrow accessibleFrom", "%s contains DNS server %s", p, d)
-			}
+	}
+	return nil
+}
+
+// egressCovers refuses an allowedEgress destination p that covers the
+// tunnel's addresses, a configured resolver or a WireGuard endpoint.
+func egressCovers(field string, p netip.Prefix, s *Spec) error {
+	return refuseCovered(field, p, s, [3]string{
+		"remove the tunnel's own addresses from allowedEgress",
+		"resolvers are reached only through the tunnel (DNS stays strict); narrow the CIDR",
+		"the WireGuard endpoint is never reached over the host link; narrow the CIDR",
+	})
+}
+
+// refuseCovered refuses a prefix p given in field that overlaps a tunnel
+// address, holds a configured resolver or a WireGuard endpoint given as an
+// address (names resolve at run time), with fixes[0], [1] or [2]. Each
+// server of a pool is resolved on its own, so a pool's every server is
+// checked in turn.
+func refuseCovered(field string, p netip.Prefix, s *Spec, fixes [3]string) error {
+	for _, a := range s.Addresses {
+		if p.Overlaps(a) {
+			return fieldErr(field, fixes[0], "%s overlaps tunnel address %s", p, a)
 		}
-		for _, pe := range s.Peers {
-			if host, _, _ := splitHost(pe.Endpoint); host.IsValid() && p.Contains(host) {
-				return fieldErr(fmt.Sprintf("hostLink.accessibleFrom[%d]", i), "the endpoint must stay reachable on the host's own network; narrow accessibleFrom", "%s contains the WireGuard endpoint %s", p, host)
-			}
+	}
+	for _, d := range s.DNS {
+		if p.Contains(d) {
+			return fieldErr(field, fixes[1], "%s contains DNS server %s", p, d)
+		}
+	}
+	for _, pe := range s.Peers {
+		if host, _, _ := splitHost(pe.Endpoint); host.IsValid() && p.Contains(host.Unmap()) {
+			return fieldErr(field, fixes[2], "%s contains the WireGuard endpoint %s", p, host)
 		}
 	}
 	return nil

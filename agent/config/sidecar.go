@@ -43,23 +43,15 @@ func resolveSidecar(c *Config, s *Spec) error {
 			return fieldErr(field, "list only the cluster's and the LAN's ranges: a default route by the pod's interface would bypass the tunnel", "%s covers the whole Internet", p)
 		}
 		p = p.Masked()
-		for _, t := range s.Addresses {
-			if p.Overlaps(t) {
-				return fieldErr(field, "remove the tunnel's own addresses from allowedSubnets", "%s overlaps tunnel address %s", p, t)
-			}
-		}
-		for _, d := range s.DNS {
-			if p.Contains(d) {
-				return fieldErr(field, "the tunnel's resolvers are reached only through the tunnel; narrow allowedSubnets", "%s contains DNS server %s", p, d)
-			}
-		}
 		// Each server of a pool is resolved on its own, so this sees
 		// every server's endpoints in turn. Host names are resolved at
 		// run time: policy.CompileSidecar checks those.
-		for _, pe := range s.Peers {
-			if host, _, _ := splitHost(pe.Endpoint); host.IsValid() && p.Contains(host.Unmap()) {
-				return fieldErr(field, "the endpoint is reached only by the agent's WireGuard socket; narrow allowedSubnets", "%s contains the WireGuard endpoint %s", p, host)
-			}
+		if err := refuseCovered(field, p, s, [3]string{
+			"remove the tunnel's own addresses from allowedSubnets",
+			"the tunnel's resolvers are reached only through the tunnel; narrow allowedSubnets",
+			"the endpoint is reached only by the agent's WireGuard socket; narrow allowedSubnets",
+		}); err != nil {
+			return err
 		}
 		sc.AllowedSubnets = append(sc.AllowedSubnets, p)
 	}

@@ -158,6 +158,23 @@ type HostLinkSpec struct {
 	NSAddr         netip.Prefix
 	AccessibleFrom []netip.Prefix
 	Mappings       []Mapping
+	AllowedEgress  []EgressSpec // destinations the namespace may connect to over the link
+}
+
+// EgressSpec is a resolved hostLink.allowedEgress entry. Proto is "" (any
+// protocol, no ports), "tcp" or "udp" (a "both" entry becomes two); Ports
+// empty means every port of Proto.
+type EgressSpec struct {
+	Dst   netip.Prefix // IPv4, masked, at most a /8
+	Proto string
+	Ports []uint16 // sorted, without duplicates
+}
+
+// Forwards reports whether the host forwards packets for the link: DNATed
+// connections to the mapped ports, or the namespace's to allowedEgress
+// destinations beyond the host.
+func (h *HostLinkSpec) Forwards() bool {
+	return len(h.Mappings) > 0 || len(h.AllowedEgress) > 0
 }
 
 // Sidecar is resolved sidecar mode.

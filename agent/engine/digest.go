@@ -104,7 +104,7 @@ func serverDigests(s *config.Spec) map[string]string {
 	}
 	parts["peers"] = peersDigest(s)
 	if h := s.HostLink; h != nil {
-		parts["hostLink"] = fmt.Sprint(h.HostIf, h.NSIf, h.HostAddr, h.NSAddr, h.AccessibleFrom, h.Mappings)
+		parts["hostLink"] = fmt.Sprint(h.HostIf, h.NSIf, h.HostAddr, h.NSAddr, h.AccessibleFrom, h.Mappings, h.AllowedEgress)
 	} else {
 		parts["hostLink"] = "none"
 	}

@@ -241,17 +241,20 @@ func (e *Engine) buildHost(ctx context.Context, inst *Instance) (err error) {
 			return err
 		}
 		j.add(StepHostLink, undo)
-		if len(s.HostLink.Mappings) > 0 {
-			// DNAT'd connections from the LAN are forwarded by the host.
+		if s.HostLink.Forwards() {
+			// DNAT'd connections from the LAN, and the namespace's to
+			// allowedEgress destinations beyond the host, are forwarded
+			// by the host.
 			j.add(StepHostLink, func() error { return sys.links.ReleaseForwarding(s.Name) })
 			if err := sys.links.EnableForwarding(s.Name); err != nil {
 				return err
 			}
 		}
 	}
-	if inst.Adopted && (s.HostLink == nil || len(s.HostLink.Mappings) == 0) {
+	if inst.Adopted && (s.HostLink == nil || !s.HostLink.Forwards()) {
 		// Converge: an earlier up of this namespace may have had port
-		// mappings; this config has none, so it no longer needs forwarding.
+		// mappings or allowedEgress; this config has none, so it no
+		// longer needs forwarding.
 		if err := sys.links.ReleaseForwarding(s.Name); err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
@@ -205,15 +206,30 @@ func createHostLink(s *config.Spec) (func() error, error) {
 	if err := h.LinkSetUp(in); err != nil {
 		return fail(fmt.Errorf("set %q up: %w", hl.NSIf, err))
 	}
-	// Only replies to allowed LAN clients route back over the veth; there
-	// is never a default route over it.
-	for _, p := range hl.AccessibleFrom {
+	// Only replies to allowed LAN clients, and the allowedEgress
+	// destinations, route over the veth; there is never a default route
+	// over it (config refuses a prefix wider than a /8).
+	for _, p := range egressRoutes(hl) {
 		r := &netlink.Route{LinkIndex: in.Attrs().Index, Dst: ipnet(p), Gw: hl.HostAddr.Addr().AsSlice()}
 		if err := h.RouteReplace(r); err != nil {
 			return fail(fmt.Errorf("route %s via %s: %w", p, hl.HostAddr.Addr(), err))
 		}
 	}
 	return undo, nil
+}
+
+// egressRoutes are the prefixes routed over the host link: accessibleFrom
+// and the allowedEgress destinations off the link, without duplicates.
+func egressRoutes(hl *config.HostLinkSpec) []netip.Prefix {
+	out := slices.Clone(hl.AccessibleFrom)
+	link := hl.HostAddr.Masked()
+	for _, e := range hl.AllowedEgress {
+		// An address on the link itself (the host's) needs no route.
+		if !slices.Contains(out, e.Dst) && !(e.Dst.Bits() >= link.Bits() && link.Contains(e.Dst.Addr())) {
+			out = append(out, e.Dst)
+		}
+	}
+	return out
 }
 
 // openHostNS opens the calling thread's (the host's) network namespace.

@@ -226,3 +226,21 @@ func TestSpecPartsCoverSpec(t *testing.T) {
 		t.Errorf("SpecParts has %d entries, config.Spec %d fields", len(SpecParts), st.NumField())
 	}
 }
+
+// A changed hostLink.allowedEgress (issue 24.1) is a hostLink change: the
+// reload is refused as a whole and nothing changes, the kill switch and
+// the host table included (down and up apply it).
+func TestReloadRefusesAllowedEgress(t *testing.T) {
+	w, e, inst := upFake(t)
+	before, old := w.snapshot(), inst.Spec
+	next := testSpec(true)
+	next.HostLink.AllowedEgress = []config.EgressSpec{{Dst: netip.MustParsePrefix("192.168.1.20/32"), Proto: "tcp", Ports: []uint16{445}}}
+	_, err := e.Reload(context.Background(), inst, next)
+	var rn *RestartNeeded
+	if !errors.As(err, &rn) || !slices.Equal(rn.Parts, []string{"hostLink"}) {
+		t.Fatalf("err %v, want RestartNeeded for hostLink", err)
+	}
+	if c := reloadChanges(w); len(c) != 0 || w.snapshot() != before || inst.Spec != old {
+		t.Errorf("a refused reload changed something: calls %q", c)
+	}
+}

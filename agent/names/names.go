@@ -57,6 +57,18 @@ const (
 	SidecarDNS = "127.0.0.1:53"
 )
 
+// HostLinkCtMark is the conntrack mark bit the kill switch gives a
+// connection at its first packet on the host link (a published port's
+// connection from the host or the LAN, an allowedEgress connection), and
+// the host table gives an allowedEgress connection: packets of an
+// established connection leave by the host link only with it, so a flow
+// that began through the tunnel does not, whatever its route becomes.
+// One bit, set with "ct mark | bit" and tested with "ct mark & bit", so
+// other users of the mark keep theirs. Chosen clear of the marks common
+// host software sets (kube-proxy 0x4000/0x8000, Calico 0xffff0000,
+// Tailscale 0xff0000, Mullvad 0xf41, the agent's SidecarFwMark 0xca6c).
+const HostLinkCtMark uint32 = 0x00002000
+
 // ResolverFiles are the files in ResolverDir that `vpn-agent exec`, `ip
 // netns exec` and a confined unit see in place of the host's /etc ones.
 var ResolverFiles = []string{"resolv.conf", "nsswitch.conf"}

@@ -435,6 +435,36 @@ let
     ++ lib.optional (noCreds.transmission != { url = "http://127.0.0.1:9091/transmission/rpc"; }) "portForwarding.transmission without credentials generated ${builtins.toJSON noCreds.transmission}, want the URL alone";
   # memory.packetBuffers (issue 15): a value, and 0 (unbounded), reach the
   # JSON as given; unset, it is absent (the agent's default, 256, applies).
+  # hostLink.allowedEgress (issue 24.1): each field maps to the JSON, an
+  # unset protocol and empty ports are absent (any protocol), and none at
+  # all is no key.
+  egressChecks =
+    let
+      gen =
+        v:
+        (eval (withBase {
+          services.vpnConfinement.namespaces.vpn = hostLinkIn "10.200.1.1/30" "10.200.1.2/30" { allowedEgress = v; };
+        })).services.vpnConfinement.namespaces.vpn.generatedConfig.hostLink;
+      two = gen [
+        {
+          cidr = "192.168.1.20/32";
+          protocol = "both";
+          ports = [ 445 139 ];
+        }
+        { cidr = "10.200.1.1"; }
+      ];
+      want = [
+        {
+          cidr = "192.168.1.20/32";
+          protocol = "both";
+          ports = [ 445 139 ];
+        }
+        { cidr = "10.200.1.1"; }
+      ];
+    in
+    lib.optional ((two.allowedEgress or null) != want) "allowedEgress: generated ${builtins.toJSON two}, want ${builtins.toJSON want}"
+    ++ lib.optional ((gen [ ]) ? allowedEgress) "allowedEgress: none, yet in the JSON: ${builtins.toJSON (gen [ ])}";
+
   memoryChecks =
     let
       gen = v: (eval (withBase { services.vpnConfinement.namespaces.vpn.memory.packetBuffers = v; })).services.vpnConfinement.namespaces.vpn.generatedConfig;
@@ -650,6 +680,20 @@ let
         };
       };
       expect = "1200 is below the IPv6 minimum MTU";
+    };
+    egress-covers-endpoint = {
+      config = withBase {
+        services.vpnConfinement.namespaces.vpn = {
+          wireguard = {
+            configFile = null;
+            privateKeyFile = "/run/secrets/vpn.key";
+            addresses = [ "10.2.0.2/32" ];
+            peers = [ (peer { }) ];
+          };
+          dns.servers = [ "10.2.0.1" ];
+        } // hostLinkIn "10.200.1.1/30" "10.200.1.2/30" { allowedEgress = [ { cidr = "198.51.100.0/24"; } ]; };
+      };
+      expect = "hostLink.allowedEgress[0].cidr: 198.51.100.0/24 contains the WireGuard endpoint 198.51.100.1";
     };
     hostlink-missing-addresses = {
       config = withBase { services.vpnConfinement.namespaces.vpn.hostLink.enable = true; };
@@ -1165,5 +1209,6 @@ in
     ++ podmanChecks
     ++ newOptionChecks
     ++ portForwardingChecks
-    ++ memoryChecks;
+    ++ memoryChecks
+    ++ egressChecks;
 }

@@ -152,6 +152,7 @@ func TestLeakMatrixDetects(t *testing.T) {
 		"dns/udp host 198.19.0.1:53", "dns/tcp host 198.19.0.1:53", "tcp host 198.19.0.1:22", "icmp host 198.19.0.1",
 		"mdns 224.0.0.251:5353", "bcast host link 198.19.0.3:9",
 		"tcp lan 198.18.3.2:7 from ns :80", "tcp lan 198.18.3.2:22", "udp lan 198.18.3.2:7", "icmp lan 198.18.3.2",
+		"tcp lan 198.18.3.3:8096 (unlisted address)", "dns/udp lan resolver 198.18.3.2:53", "dns/tcp lan resolver 198.18.3.2:53",
 	}
 	for _, id := range mustLeak {
 		if c := mx.cells["1"][id]; c.status != "LEAK" {
@@ -173,6 +174,7 @@ const (
 	kGetent                    // glibc lookup via vpn-agent exec
 	kInbound                   // allowed LAN source to the published port
 	kInboundNeg                // must never reach the namespace
+	kEgress                    // to the hostLink.allowedEgress service, over the host link
 )
 
 // proof says how a row's unconfined control is proven seen.
@@ -437,6 +439,28 @@ func matrixRows() []*mrow {
 			},
 		},
 		negTCP("tcp lan 198.18.3.2:22", harness.AP(testbed.LANHost4, 22), fromHost, srvLAN),
+		// hostLink.allowedEgress lists tcp 198.18.3.2:8096 only: the
+		// listed service is reached over the host link (masqueraded on the
+		// LAN); another LAN address's same port and a DNS resolver on the
+		// listed host are not (the host link carries DNS only where an
+		// entry lists the port).
+		{
+			id: "egress: tcp lan 198.18.3.2:8096 (allowed)", kind: kEgress,
+			run: func(s *site) probe.Result {
+				return probe.TCPEcho(s.name, harness.AP(testbed.LANHost4, egressPort), harness.Marker("egress"))
+			},
+			ctl: func(s *site) probe.Result {
+				return probe.TCPEcho(s.tp.Host, harness.AP(testbed.LANHost4, egressPort), harness.Marker("egress"))
+			},
+			proof: proofCapture | proofLog,
+			sig:   l4Sig(observe.ProtoTCP, harness.AP(testbed.LANHost4, egressPort)),
+			okOn:  []link{onVeth, onLAN},
+			hit:   logHit(srvLAN, "tcp", harness.AP(testbed.LANHost4, egressPort)),
+			hitOK: true,
+		},
+		negTCP("tcp lan 198.18.3.3:8096 (unlisted address)", harness.AP(lanDenied, egressPort), fromHost, srvLAN),
+		negDNS("dns/udp lan resolver 198.18.3.2:53", harness.AP(testbed.LANHost4, 53), "udp", fromHost, srvLAN),
+		negDNS("dns/tcp lan resolver 198.18.3.2:53", harness.AP(testbed.LANHost4, 53), "tcp", fromHost, srvLAN),
 		negUDP("udp lan 198.18.3.2:7", harness.AP(testbed.LANHost4, echo), fromHost, srvLAN),
 		negPing("icmp lan 198.18.3.2", testbed.LANHost4, fromHost),
 
@@ -533,6 +557,7 @@ var matrixColumns = []column{
 	{"7", "kill-switch table deleted by someone else (status degraded until the agent repairs it)"},
 	{"8", "endpoint changed to an unreachable address (config rewritten, agent restarted)"},
 	{"9", "host link: published port held open by an allowed LAN client, denied sources"},
+	{"E", "host link as the way out: root in the namespace points its default route at the host link (re-pointed whenever the agent puts it back); only the allowedEgress service is reached by it"},
 	{"P", "port changing: the provider's NAT-PMP gateway moves the forwarded port under the probe rounds (every site runs with port forwarding on)"},
 	{"1b", "healthy with \"ipv6\": \"block\" (second topology)"},
 	{"F", "failing over: the active provider of a pool of two dies under the probe rounds; the agent retries it, then switches to the second (third topology, \"ipv6\": \"block\")"},
@@ -674,6 +699,30 @@ func (mx *matrix) runMain(t *testing.T) {
 		}
 		w.round(mx.rows)
 	})
+
+	// E the host link as the way out: every probe's route is the host
+	// link (the Internet by the host link, the LAN, DNS); the kill switch
+	// lets only the allowedEgress service through, and the host table
+	// forwards only it. Tunnel rows are not judged (their route is gone).
+	sp = stateSpec{col: "E", tunnel: wantAny, tunnel6: wantAny, inbound: wantReach}
+	mx.state(s, sp, func(w *window) {
+		veth := names.NSVeth(s.name)
+		moved := 0
+		stop := harness.Repeat(50*time.Millisecond, func() {
+			if _, err := harness.Output(s.name, "ip", "route", "replace", "default", "via", hostLinkHost.String(), "dev", veth); err == nil {
+				moved++
+			}
+		})
+		w.round(mx.rows)
+		stop()
+		if moved == 0 {
+			w.fail("state E: the default route could not be pointed at the host link")
+		} else {
+			w.controls++
+		}
+		harness.Output(s.name, "ip", "route", "replace", "default", "dev", names.Tunnel(s.name))
+	})
+	s.mustTunnel(t, 10*time.Second, "after the default route was put back on the tunnel")
 
 	// 2 peer unreachable: its UDP is dropped, our interface stays up.
 	sp = down
@@ -1005,7 +1054,8 @@ func (mx *matrix) state(s *site, sp stateSpec, act func(w *window), after ...fun
 			return sp.tunnel
 		case kTunnel6:
 			return sp.tunnel6
-		case kInbound:
+		case kInbound, kEgress:
+			// Both need the host link and the host table, not the tunnel.
 			return sp.inbound
 		}
 		return wantAny
@@ -1186,10 +1236,15 @@ func (mx *matrix) policyDeleted(s *site, w *window) {
 
 // hostCounters reads the packet counts of the host table's named counters.
 func hostCounters(s *site) map[string]uint64 {
+	return tableCounters(s, s.tp.Host, names.HostTable(s.name))
+}
+
+// tableCounters are the named counters of table inet NAME in namespace ns.
+func tableCounters(s *site, ns, table string) map[string]uint64 {
 	out := map[string]uint64{}
-	b, err := harness.Output(s.tp.Host, "nft", "-j", "list", "counters", "table", "inet", names.HostTable(s.name))
+	b, err := harness.Output(ns, "nft", "-j", "list", "counters", "table", "inet", table)
 	if err != nil {
-		s.t.Errorf("host table counters: %v", err)
+		s.t.Errorf("%s counters: %v", table, err)
 		return out
 	}
 	var doc struct {
@@ -1201,7 +1256,7 @@ func hostCounters(s *site) map[string]uint64 {
 		} `json:"nftables"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
-		s.t.Errorf("host table counters: %v", err)
+		s.t.Errorf("%s counters: %v", table, err)
 	}
 	for _, o := range doc.Nftables {
 		if o.Counter != nil {

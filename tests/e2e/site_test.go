@@ -29,7 +29,9 @@ import (
 //     resolver (DNS on port 53 of every host address, so also on the host
 //     link's 198.19.0.1), TCP 22 and UDP 7; its answers (hostDecoyAnswer)
 //     are recognisable;
-//   - a LAN decoy on the LAN host 198.18.3.2 (TCP 22 and 7, UDP 7);
+//   - a LAN decoy on the LAN host 198.18.3.2 (TCP 22, 7 and 8096, UDP 7,
+//     DNS on 53); tcp/8096 at 198.18.3.2 is the namespace's one
+//     hostLink.allowedEgress destination (a "media server on the LAN");
 //   - a published service in the confined namespace (TCP 80, mapped from
 //     host port 8080, accessibleFrom only 198.18.3.2/32; the LAN host also
 //     has 198.18.3.3, a LAN source that is not allowed);
@@ -52,6 +54,7 @@ const (
 	mappedHostPort = 8080  // published on the host
 	mappedNSPort   = 80    // served in the namespace
 	directSrcPort  = 40123 // the LAN's attempt to route to the namespace directly uses this source port
+	egressPort     = 8096  // the LAN host's service listed in hostLink.allowedEgress (tcp, 198.18.3.2 only)
 )
 
 // site is a topology with an agent config (not started), the decoys and
@@ -106,6 +109,7 @@ func newSite(t *testing.T, o siteOptions) *site {
 		PortMappings: map[int]int{mappedHostPort: mappedNSPort},
 		Edit: func(c *config.Config) {
 			c.HostLink.AccessibleFrom = []string{netip.PrefixFrom(lanAllowed, 32).String()}
+			c.HostLink.AllowedEgress = []config.Egress{{CIDR: lanAllowed.String(), Protocol: "tcp", Ports: []int{egressPort}}}
 			c.PortForwarding = &config.PortForwarding{NATPMP: &config.NATPMP{Lifetime: forwardLifetime}}
 		},
 	}
@@ -127,7 +131,9 @@ func newSite(t *testing.T, o siteOptions) *site {
 		Zone: map[string][]string{testbed.TargetName: {hostDecoyAnswer.String()}},
 	})
 	s.lanDecoy = tp.StartProcess(t, "landecoy", tp.LAN, env.providerBin, &provider.Config{
-		TCPEcho: []string{"[::]:22", "[::]:7"}, UDPEcho: []string{"[::]:7"},
+		TCPEcho: []string{"[::]:22", "[::]:7", fmt.Sprintf("[::]:%d", egressPort)}, UDPEcho: []string{"[::]:7"},
+		DNS:  []string{"[::]:53"},
+		Zone: map[string][]string{testbed.TargetName: {hostDecoyAnswer.String()}},
 	})
 	// The published service; started in the namespace once it exists.
 	s.nsServer = tp.NewProcess(t, "nsserver", s.name, env.providerBin, &provider.Config{
