@@ -106,6 +106,8 @@ type PortForwarding struct {
 	// port is lost. Each run is logged with how it ended and the first 120
 	// bytes of its output, so the command should print no secrets.
 	// Without onChangeUser it runs as root with every capability.
+	// Refused in sidecar mode: there the pushes to Transmission and
+	// qBittorrent reach the app over the pod's 127.0.0.1.
 	OnChange []string `json:"onChange,omitempty"`
 	// OnChangeUser is the user (a name or uid) onChange runs as, the way
 	// `vpn-agent exec --user` runs a command: without capabilities,
