@@ -56,11 +56,15 @@ type Config struct {
 	// own WireGuard packets to the endpoints, allowedSubnets, the agent's
 	// queries to clusterDNS.server, and replies; a match on the agent's
 	// cgroup (not a firewall mark, which an app with CAP_NET_RAW can set)
-	// tells the agent's packets from the app's. The backend is userspace
-	// ("kernel" is refused: the kernel's WireGuard sends its packets
-	// without the agent's socket). The app container must not have
-	// CAP_NET_RAW: with it, a packet socket (AF_PACKET) sends frames that
-	// no nftables inet rule sees.
+	// tells the agent's packets from the app's. The backend is the
+	// kernel's WireGuard when the node has it ("auto"), else userspace;
+	// the kernel's packets carry no socket of the agent, so they are
+	// matched by the tunnel's fwmark together with its listen port
+	// (wireguard.listenPort, 51820 by default in this mode), which the
+	// kernel's socket holds. The app container must not have CAP_NET_RAW:
+	// with it, a packet socket (AF_PACKET) sends frames that no nftables
+	// inet rule sees, and with the kernel backend a raw socket could write
+	// the tunnel's port and mark.
 	Sidecar *SidecarOptions `json:"sidecar,omitempty"`
 }
 
@@ -106,6 +110,8 @@ type PortForwarding struct {
 	// port is lost. Each run is logged with how it ended and the first 120
 	// bytes of its output, so the command should print no secrets.
 	// Without onChangeUser it runs as root with every capability.
+	// Refused in sidecar mode: there the pushes to Transmission and
+	// qBittorrent reach the app over the pod's 127.0.0.1.
 	OnChange []string `json:"onChange,omitempty"`
 	// OnChangeUser is the user (a name or uid) onChange runs as, the way
 	// `vpn-agent exec --user` runs a command: without capabilities,

@@ -20,6 +20,15 @@ func resolveSidecar(c *Config, s *Spec) error {
 	if s.HostLink != nil {
 		return fieldErr("hostLink.enable", "remove hostLink: in sidecar mode the pod's own interface is the link, and sidecar.allowedSubnets says what it may reach", "a host link (veth) is not possible in sidecar mode")
 	}
+	// onChange runs through `vpn-agent exec NAME`, which needs
+	// /run/netns/NAME and CAP_SYS_ADMIN (a mount namespace): in a pod it
+	// would fail at every port change. Run as the agent's child instead,
+	// it would be in the agent's cgroup, which the kill switch lets out by
+	// the pod's interface.
+	if pf := c.PortForwarding; pf != nil && len(pf.OnChange) > 0 {
+		return fieldErr("portForwarding.onChange", "remove onChange (and onChangeUser): in sidecar mode the port goes to the app by portForwarding.transmission or portForwarding.qbittorrent, over the pod's 127.0.0.1",
+			"a command cannot be run in sidecar mode (the agent's container has no named namespace to run it in, and a child of the agent would share the agent's cgroup, which the kill switch lets out by the pod's interface)")
+	}
 	// The kill switch lets the kernel backend's packets out by the
 	// device's listen port, so it must be known before the tunnel exists.
 	if s.ListenPort == 0 {

@@ -84,6 +84,9 @@ type sidecarPodOptions struct {
 	// pool: the agent on a pool of two servers, the topology's provider
 	// then a second one (startPool).
 	pool bool
+	// natpmp: the provider runs a NAT-PMP gateway (Proton's style)
+	// granting leases of forwardLifetime.
+	natpmp bool
 	// edit, if set, changes the agent's config last.
 	edit func(c *config.Config)
 }
@@ -98,7 +101,12 @@ func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 		}
 		cgRoot = "/sys/fs/cgroup"
 	}
-	tp := newTopo(t)
+	ho := harness.Options{ProviderBin: env.providerBin}
+	if o.natpmp {
+		lt, _ := time.ParseDuration(forwardLifetime)
+		ho.NATPMP, ho.NATPMPLifetime = provider.StyleProton, int(lt.Seconds())
+	}
+	tp := harness.New(t, ho)
 	s := &sidecarPod{tp: tp, pod: tp.Name('k')}
 	if err := netns.Create(s.pod); err != nil {
 		t.Fatal(err)
@@ -137,12 +145,7 @@ func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 	s.agentCG = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-agent"))
 	s.appCG = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-app"))
 	// The agent's container: its binary started in its cgroup.
-	wrapper := filepath.Join(tp.Dir, "vpn-agent-in-cgroup")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s/cgroup.procs || exit 125\nexec %s \"$@\"\n", s.agentCG, env.agentBin)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s.ag = agentproc.Agent{Bin: wrapper, HostNS: s.pod}
+	s.ag = agentproc.Agent{Bin: inCgroup(t, filepath.Join(tp.Dir, "vpn-agent-in-cgroup"), s.agentCG, env.agentBin), HostNS: s.pod}
 	var files []string
 	probeAt := testbed.ProvTunnel4
 	if o.pool {
@@ -171,6 +174,22 @@ func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 	}})
 	s.name = tp.Name(testbed.RoleConfined)
 	return s
+}
+
+// inCgroup writes an executable script at path that moves itself into
+// cgroup cg and executes exe with its arguments (exe "": its arguments
+// are the command): a process started with it runs in a container of its
+// own, with the same PID.
+func inCgroup(t *testing.T, path, cg, exe string) string {
+	t.Helper()
+	if exe != "" {
+		exe += " "
+	}
+	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s/cgroup.procs || exit 125\nexec %s\"$@\"\n", cg, exe)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // makeCgroup creates a cgroup v2 directory, removed at cleanup once its
