@@ -91,6 +91,11 @@ type SocketCgroup struct {
 	ID    uint64
 }
 
+// MetaMark matches the packet's firewall mark ("meta mark 0x00007663"):
+// kernel WireGuard puts its device's fwmark on every packet it sends, and
+// wireguard-go sets it on its sockets (SO_MARK).
+type MetaMark struct{ Mark uint32 }
+
 // TCPSyn matches TCP packets with SYN set ("tcp flags syn").
 type TCPSyn struct{}
 
@@ -138,6 +143,7 @@ func (CtStateMatch) isExpr()     {}
 func (CtStatusDNAT) isExpr()     {}
 func (CtDirectionReply) isExpr() {}
 func (SocketCgroup) isExpr()     {}
+func (MetaMark) isExpr()         {}
 func (TCPSyn) isExpr()           {}
 func (FibDaddrLocal) isExpr()    {}
 func (ClampMSS) isExpr()         {}
@@ -213,6 +219,7 @@ func (CtDirectionReply) String() string { return "ct direction reply" }
 func (e SocketCgroup) String() string {
 	return fmt.Sprintf("socket cgroupv2 level %d %d", e.Level, e.ID)
 }
+func (e MetaMark) String() string    { return fmt.Sprintf("meta mark 0x%08x", e.Mark) }
 func (TCPSyn) String() string        { return "tcp flags syn" }
 func (FibDaddrLocal) String() string { return "fib daddr type local" }
 func (ClampMSS) String() string      { return "tcp option maxseg size set rt mtu" }

@@ -106,6 +106,11 @@ func (c *lowerCtx) lower(e Expr) ([]expr.Any, error) {
 			&expr.Socket{Key: expr.SocketKeyCgroupv2, Level: e.Level, Register: reg1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint64(e.ID)},
 		}, nil
+	case MetaMark:
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(e.Mark)},
+		}, nil
 	case TCPSyn:
 		return append(c.needL4(TCP),
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},

@@ -28,6 +28,9 @@ func resolveSidecar(c *Config, s *Spec) error {
 		// own socket.
 		return fieldErr("backend", `use "userspace" (or "auto", which is userspace in sidecar mode)`, "the kernel backend's packets carry no socket of the agent, so the sidecar kill switch cannot tell them from the app's")
 	}
+	if s.PinEndpoints {
+		return fieldErr("wireguard.pinEndpoints", "remove it: the sidecar kill switch already lets the agent's socket send only to the endpoints", "endpoint pinning is host mode's")
+	}
 	sc := &Sidecar{}
 	for i, a := range o.AllowedSubnets {
 		field := fmt.Sprintf("sidecar.allowedSubnets[%d]", i)

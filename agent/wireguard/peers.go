@@ -46,12 +46,18 @@ func DeviceConfig(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
 // DeviceMark is the firewall mark the device puts on its own packets:
 // wireguard.fwMark, or in sidecar mode names.SidecarFwMark, which the
 // policy routing sends by the pod's routes (everything unmarked goes to the
-// tunnel's table).
+// tunnel's table); with wireguard.pinEndpoints and no mark set,
+// names.PinFwMark, which the pin table tells the tunnel's packets by.
 func DeviceMark(s *config.Spec) int {
-	if s.FwMark == 0 && s.Sidecar != nil {
+	switch {
+	case s.FwMark != 0:
+		return s.FwMark
+	case s.Sidecar != nil:
 		return names.SidecarFwMark
+	case s.PinEndpoints:
+		return names.PinFwMark
 	}
-	return s.FwMark
+	return 0
 }
 
 // ResolveEndpoint turns host:port into a UDP address. Names are resolved
