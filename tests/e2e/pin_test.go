@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"net/netip"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,23 +39,8 @@ func newPinnedSite(t *testing.T, files func(p *harness.Pool) []string, pin bool,
 	return s
 }
 
-var pinCounterRE = regexp.MustCompile(`packets (\d+) bytes`)
-
-// pinDrops reads the pin table's drop counter with nft in the host
-// namespace (-1: no table).
-func (s *poolSite) pinDrops(t *testing.T) int {
-	t.Helper()
-	out, err := harness.Output(s.Host, "nft", "list", "counter", "inet", names.PinTable(s.name), "pin_drop")
-	if err != nil {
-		return -1
-	}
-	m := pinCounterRE.FindStringSubmatch(string(out))
-	if m == nil {
-		t.Fatalf("pin_drop counter: %q", out)
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
+// pinDrops reads the pin table's drop counter (-1: no table).
+func (s *poolSite) pinDrops(t *testing.T) int { return harness.PinDrops(t, s.Host, s.name) }
 
 // pinnedSet lists the pin table's IPv4 endpoint set as nft prints it.
 func (s *poolSite) pinnedSet(t *testing.T) string {
