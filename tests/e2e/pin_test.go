@@ -11,7 +11,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
+	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
 )
 
 // Issue 24 part 3: wireguard.pinEndpoints. The agent runs in a cgroup v2
@@ -60,56 +60,18 @@ func TestPinEndpointChangedFromHost(t *testing.T) {
 			s := newPinnedSite(t, func(p *harness.Pool) []string { return []string{p.FileA} }, pin, nil)
 			s.run(t)
 			s.mustWork(t, 10*time.Second, 0, "before")
-			if got := s.pinDrops(t); (got >= 0) != pin {
-				t.Fatalf("pin table present: %t, want %t", got >= 0, pin)
-			}
-			want := harness.AP(testbed.Endpoint4, testbed.WGPort)
 			if pin && !strings.Contains(s.pinnedSet(t), testbed.Endpoint4.String()) {
-				t.Fatalf("the pin table does not hold the endpoint %s:\n%s", want, s.pinnedSet(t))
+				t.Fatalf("the pin table does not hold the endpoint %s:\n%s", testbed.Endpoint4, s.pinnedSet(t))
 			}
-			iface := names.Tunnel(s.name)
-			pub := strings.TrimSpace(s.Exec(t, s.Host, "wg", "show", iface, "peers"))
-			bogus := netip.MustParseAddrPort("198.18.2.99:51820")
-			obs := observe.Start(t, s.Host, testbed.HostUplinkIf, observe.To(bogus.Addr()))
-			before := s.pinDrops(t)
-			stop := s.stream(harness.Marker("pin"))
-			defer stop()
-			time.Sleep(300 * time.Millisecond)
-			s.Exec(t, s.Host, "wg", "set", iface, "peer", pub, "endpoint", bogus.String())
-			t0 := time.Now()
-			seen := false
-			var eps string
-			for time.Since(t0) < 15*time.Second {
-				eps = s.Exec(t, s.Host, "wg", "show", iface, "endpoints")
-				seen = seen || strings.Contains(eps, bogus.String())
-				if strings.Contains(eps, want.String()) && time.Since(t0) > time.Second {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			stop()
-			time.Sleep(200 * time.Millisecond)
-			sent := obs.Stop()
-			if !seen && !strings.Contains(s.d.Output(), "behind the agent's back") {
-				t.Fatalf("the change never took (endpoint never %s, no drift logged):\n%s", bogus, s.d.Output())
-			}
-			if !strings.Contains(eps, want.String()) {
-				t.Fatalf("the watchdog did not put the endpoint back: %q\nagent:\n%s", eps, s.d.Output())
-			}
-			if pin {
-				if len(sent) > 0 {
-					t.Errorf("LEAK: %d packets of the tunnel reached the uplink to the changed endpoint:\n%s", len(sent), observe.Dump(sent))
-				}
-				if after := s.pinDrops(t); after <= before {
-					t.Errorf("the packets to the changed endpoint were not counted: pin_drop %d -> %d", before, after)
-				} else {
-					t.Logf("pinned: %d packets to %s dropped and counted, none on the uplink", after-before, bogus)
-				}
-			} else if len(sent) == 0 {
-				t.Errorf("positive control: with pinning off no packet of the tunnel went to %s (the probe cannot see the change)", bogus)
-			} else {
-				t.Logf("control: %d packets to %s on the uplink", len(sent), bogus)
-			}
+			harness.EndpointChange{
+				Topo: s.Topo, Name: s.name, WGNS: s.Host, Pinned: pin,
+				Want:  harness.AP(testbed.Endpoint4, testbed.WGPort),
+				Bogus: netip.MustParseAddrPort("198.18.2.99:51820"),
+				Send: func() {
+					probe.UDPSend(s.name, harness.AP(testbed.PoolProbe4, testbed.ControlPort), harness.Marker("pin"))
+				},
+				Output: s.d.Output,
+			}.Check(t)
 			s.mustWork(t, 15*time.Second, 0, "after the watchdog put the endpoint back")
 		})
 	}

@@ -4,16 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/netip"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed/provider"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
@@ -179,23 +176,4 @@ func JSONField(m map[string]any, path ...string) any {
 		v = mm[k]
 	}
 	return v
-}
-
-var pinCounterRE = regexp.MustCompile(`packets (\d+) bytes`)
-
-// PinDrops reads the endpoint pin table's drop counter (pin_drop of inet
-// vpnc_pin-NAME) with nft in namespace ns, the agent's host namespace:
-// -1 when there is no such table.
-func PinDrops(t testing.TB, ns, name string) int {
-	t.Helper()
-	out, err := Output(ns, "nft", "list", "counter", "inet", names.PinTable(name), "pin_drop")
-	if err != nil {
-		return -1
-	}
-	m := pinCounterRE.FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("pin_drop counter: %q", out)
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/agentproc"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/harness"
-	"github.com/vpn-confinement/vpn-confinement/tests/internal/observe"
 	"github.com/vpn-confinement/vpn-confinement/tests/internal/probe"
 )
 
@@ -40,52 +39,15 @@ func TestKernelPinEndpoint(t *testing.T) {
 			if det := tp.Exec(t, name, "ip", "-d", "link", "show", iface); !strings.Contains(det, "wireguard") {
 				t.Fatalf("%s is not a kernel WireGuard link:\n%s", iface, det)
 			}
-			before := harness.PinDrops(t, tp.Host, name)
-			if (before >= 0) != pin {
-				t.Fatalf("pin table present: %t, want %t", before >= 0, pin)
-			}
-			want := harness.AP(testbed.Endpoint4, testbed.WGPort).String()
-			pub := strings.TrimSpace(tp.Exec(t, name, "wg", "show", iface, "peers"))
-			bogus := netip.MustParseAddrPort("198.18.2.99:51820")
-			obs := observe.Start(t, tp.Host, testbed.HostUplinkIf, observe.To(bogus.Addr()))
-			stop := harness.Repeat(50*time.Millisecond, func() {
-				probe.UDPSend(name, harness.AP(testbed.ProvTunnel4, testbed.ControlPort), harness.Marker("pin-stream"))
-			})
-			defer stop()
-			time.Sleep(300 * time.Millisecond)
-			tp.Exec(t, name, "wg", "set", iface, "peer", pub, "endpoint", bogus.String())
-			t0 := time.Now()
-			var eps string
-			for time.Since(t0) < 15*time.Second {
-				eps = tp.Exec(t, name, "wg", "show", iface, "endpoints")
-				if strings.Contains(eps, want) && time.Since(t0) > time.Second {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			stop()
-			time.Sleep(200 * time.Millisecond)
-			sent := obs.Stop()
-			if !strings.Contains(eps, want) {
-				t.Fatalf("the watchdog did not put the endpoint back: %q\nagent:\n%s", eps, d.Output())
-			}
-			if !strings.Contains(d.Output(), "behind the agent's back") {
-				t.Fatalf("the change never took (no drift logged):\n%s", d.Output())
-			}
-			if pin {
-				if len(sent) > 0 {
-					t.Errorf("LEAK: %d packets of the tunnel reached the uplink to the changed endpoint:\n%s", len(sent), observe.Dump(sent))
-				}
-				if after := harness.PinDrops(t, tp.Host, name); after <= before {
-					t.Errorf("the packets to the changed endpoint were not counted: pin_drop %d -> %d", before, after)
-				} else {
-					t.Logf("kernel, pinned: %d packets to %s dropped and counted, none on the uplink", after-before, bogus)
-				}
-			} else if len(sent) == 0 {
-				t.Errorf("positive control: with pinning off no packet of the tunnel went to %s", bogus)
-			} else {
-				t.Logf("kernel, control: %d packets to %s on the uplink", len(sent), bogus)
-			}
+			harness.EndpointChange{
+				Topo: tp.Topo, Name: name, WGNS: name, Pinned: pin,
+				Want:  harness.AP(testbed.Endpoint4, testbed.WGPort),
+				Bogus: netip.MustParseAddrPort("198.18.2.99:51820"),
+				Send: func() {
+					probe.UDPSend(name, harness.AP(testbed.ProvTunnel4, testbed.ControlPort), harness.Marker("pin-stream"))
+				},
+				Output: d.Output,
+			}.Check(t)
 			if r := harness.Eventually(15*time.Second, echo); !r.Reached() {
 				t.Fatalf("after the watchdog put the endpoint back: %v\nagent:\n%s", r, d.Output())
 			}
