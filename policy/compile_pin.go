@@ -21,7 +21,7 @@ const (
 // PinEnv is what the pin table needs besides the config: how the tunnel's
 // packets are told from the host's other packets, and where they may go.
 type PinEnv struct {
-	// Mark is the device's firewall mark (wireguard.DeviceMark): kernel
+	// Mark is the device's firewall mark (config.Spec.DeviceMark): kernel
 	// WireGuard puts it on every packet it sends (they carry no socket),
 	// wireguard-go on its sockets. Never 0.
 	Mark uint32
@@ -47,7 +47,7 @@ func CompilePin(s *config.Spec, env PinEnv) (*Ruleset, error) {
 	if env.Mark == 0 {
 		return nil, errors.New("pin table: the device has no firewall mark to tell its packets by")
 	}
-	key := []Expr{MetaMark{Mark: env.Mark}}
+	key := []Expr{Mark{Value: env.Mark}}
 	var levels []uint32
 	if env.Agent != nil {
 		var err error

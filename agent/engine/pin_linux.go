@@ -8,7 +8,6 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -36,7 +35,7 @@ func (e *Engine) pinRuleset(inst *Instance, eps []netip.AddrPort) (*policy.Rules
 }
 
 func (inst *Instance) compilePin(eps []netip.AddrPort) (*policy.Ruleset, error) {
-	env := policy.PinEnv{Mark: uint32(wireguard.DeviceMark(inst.Spec)), Endpoints: eps}
+	env := policy.PinEnv{Mark: uint32(inst.Spec.DeviceMark()), Endpoints: eps}
 	if inst.Backend == config.BackendUserspace {
 		if inst.agent == nil {
 			return nil, fmt.Errorf("pin endpoints: the agent's cgroup is not known yet")
