@@ -180,6 +180,8 @@ let
           listenPort
           fwMark
           ;
+        # Only when on: unset, the agent's default (off) applies.
+        pinEndpoints = if ns.wireguard.pinEndpoints then true else null;
         peers = map peerJSON ns.wireguard.peers;
       };
       dns = clean { inherit (ns.dns) mode servers search; };
@@ -510,6 +512,23 @@ let
           fwMark = nullOption types.ints.u32 {
             example = 51820;
             description = "Firewall mark on the tunnel's encrypted packets (`null`: none).";
+          };
+          pinEndpoints = mkOption {
+            type = types.bool;
+            default = false;
+            example = true;
+            description = ''
+              Let the tunnel's encrypted UDP socket in the host namespace send
+              only to the active server's endpoints (names as resolved): an
+              nftables table `inet vpnc_pin-NAME` on the host counts and drops
+              anything else, follows failovers and re-resolutions, and the
+              agent's watchdog puts a changed endpoint back. Protects against
+              the endpoint being changed from the host (`wg set ... endpoint`)
+              and against WireGuard roaming to an unexpected address; not
+              against root on the host. The tunnel's packets are told by their
+              firewall mark (`fwMark`, or 0x7663 set by the agent). Changing it
+              restarts the agent.
+            '';
           };
           peers = listOption (types.submodule peerModule) {
             example = literalExpression ''

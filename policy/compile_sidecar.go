@@ -74,7 +74,7 @@ func CompileSidecar(s *config.Spec, agent AgentSocket, endpoints []netip.AddrPor
 	}
 	levels, err := agent.levels()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sidecar kill switch: %w", err)
 	}
 	var epAddrs []netip.Addr
 	var epPorts []uint16
@@ -170,9 +170,9 @@ type SidecarEnv struct {
 func (a AgentSocket) levels() ([]uint32, error) {
 	switch {
 	case a.CgroupID <= 1:
-		return nil, errors.New("sidecar kill switch: the agent runs in the root cgroup, and a match on it would let every socket pass as the agent; run the agent in a cgroup of its own (its own container)")
+		return nil, errors.New("the agent runs in the root cgroup, and a match on it would let every socket pass as the agent; run the agent in a cgroup of its own (its own container, or its systemd unit)")
 	case a.Level < 0 || a.Level > MaxCgroupLevel:
-		return nil, fmt.Errorf("sidecar kill switch: the agent's cgroup is %d levels deep; at most %d are supported", a.Level, MaxCgroupLevel)
+		return nil, fmt.Errorf("the agent's cgroup is %d levels deep; at most %d are supported", a.Level, MaxCgroupLevel)
 	case a.Level > 0:
 		return []uint32{uint32(a.Level)}, nil
 	}

@@ -139,6 +139,7 @@ func TestReloadClassifiesEveryConfigField(t *testing.T) {
 		"wireguard.mtu":                         {after: func(c *config.Config) { c.WireGuard.MTU = 1380 }, refused: []string{"mtu"}},
 		"wireguard.listenPort":                  {after: func(c *config.Config) { c.WireGuard.ListenPort = 51999 }, refused: []string{"listenPort"}},
 		"wireguard.fwMark":                      {after: func(c *config.Config) { c.WireGuard.FwMark = 7 }, refused: []string{"fwMark"}},
+		"wireguard.pinEndpoints":                {after: func(c *config.Config) { c.WireGuard.PinEndpoints = true }, refused: []string{"pinEndpoints"}},
 		"wireguard.endpointResolver":            {after: func(c *config.Config) { c.WireGuard.EndpointResolver = "192.0.2.53:53" }, live: []string{"endpointResolver"}},
 		"wireguard.peers[].publicKey":           {after: func(c *config.Config) { c.WireGuard.Peers[0].PublicKey = f.peer2.String() }, live: []string{"peers"}},
 		"wireguard.peers[].presharedKeyFile":    {after: func(c *config.Config) { c.WireGuard.Peers[0].PresharedKeyFile = f.psk }, live: []string{"peers"}},

@@ -278,6 +278,22 @@ type WireGuard struct {
 	// (/etc/resolv.conf). An endpoint written as an IP address is not
 	// looked up.
 	EndpointResolver string `json:"endpointResolver,omitempty"`
+	// PinEndpoints, when true, lets the tunnel's own UDP socket in the host
+	// namespace send only to the active server's endpoints, as configured
+	// or as their names resolved (an nftables table inet vpnc_pin-NAME in
+	// the host namespace; packets to any other address or port are counted
+	// and dropped). The pin follows a failover and a re-resolution. It
+	// protects against the peer's endpoint being changed from the host
+	// (`wg set ... endpoint`, a tool on the UAPI socket or netlink) and
+	// against WireGuard's roaming to an address the config never named;
+	// the watchdog puts the endpoint back. It does not protect against
+	// root on the host, who can remove the table. The kernel backend's
+	// packets are told by their firewall mark (wireguard.fwMark, or 0x7663
+	// set by the agent when none is given), the userspace backend's by the
+	// mark and the agent's cgroup v2 (the agent must run in a cgroup of its
+	// own, as its systemd unit does). Not in sidecar mode, whose kill
+	// switch already pins the agent's socket. Default false.
+	PinEndpoints bool `json:"pinEndpoints,omitempty"`
 	// Peers override the file's [Peer] sections. Together their allowedIPs
 	// must cover 0.0.0.0/0 (and ::/0 when IPv6 is tunnelled): split
 	// tunnels are refused, since a destination no peer takes would leave

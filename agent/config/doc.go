@@ -167,6 +167,43 @@
 // on the stopped device, and judges the rebuilt tunnel afresh (probe
 // failures while the link was missing count for nothing).
 //
+// # Pinning the tunnel to its endpoints
+//
+// With wireguard.pinEndpoints the agent loads a second table in the host
+// namespace, inet vpnc_pin-NAME, where the tunnel's encrypted UDP
+// socket lives: the tunnel's packets (kernel backend: the device's
+// firewall mark, wireguard.fwMark or 0x7663; userspace backend: that mark
+// from the agent's cgroup v2, so the agent must run in a cgroup of its
+// own, as vpn-agent@.service does) may go only to the addresses and UDP
+// ports of the active server's endpoints; any other destination is
+// counted (counter pin_drop) and dropped. A name is pinned to what it
+// resolved to. A failover, a retry that resolves the name again and a
+// reload of the peers first allow the new endpoints as well, then change
+// the device, then allow the new ones alone (nftables and WireGuard's
+// configuration cannot share a netlink batch), so the new endpoint is
+// never blocked and the old one is not allowed once the change is done.
+// The table is made with the tunnel, put back by the watchdog if removed
+// or changed (/healthz reports it meanwhile), left in place by a
+// crash like the kill switch, and removed by down. Off by default;
+// changing it needs down and up.
+//
+// What it protects against: the peer's endpoint changed from the host
+// behind the agent's back (`wg set IFACE peer KEY endpoint ...` on the
+// UAPI socket or over netlink, by a tool or a script that changes only
+// WireGuard's configuration): the packets to the new address are dropped
+// and counted until the watchdog puts the endpoint back, within a check;
+// and WireGuard's roaming, which moves a peer's endpoint to the source of
+// any authenticated packet, so that someone on the path who relays the
+// server's packets from another address cannot make the tunnel follow
+// them there. What it does not: root (CAP_NET_ADMIN) in the host
+// namespace, who can remove the table or change the mark as easily as the
+// endpoint; a name that resolves to a wrong address (it is pinned as
+// resolved: use addresses, or wireguard.endpointResolver, for names you do
+// not trust); a server whose endpoints span several addresses and ports,
+// which are pinned as two sets (any pinned address with any pinned port).
+// It never opens anything: the kill switch inside the namespace is the
+// same with or without it.
+//
 // # The metrics listener
 //
 // metrics.listen serves /metrics, /healthz and /readyz without

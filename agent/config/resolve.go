@@ -269,6 +269,7 @@ func resolveWireGuard(c *Config, s *Spec, opts Options) error {
 		}
 		s.FwMark = w.FwMark
 	}
+	s.PinEndpoints = w.PinEndpoints
 	if w.EndpointResolver != "" {
 		ap, err := netip.ParseAddrPort(w.EndpointResolver)
 		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() || ap.Addr().IsMulticast() {

@@ -34,6 +34,9 @@ func resolveSidecar(c *Config, s *Spec) error {
 	if s.ListenPort == 0 {
 		s.ListenPort = names.SidecarListenPort
 	}
+	if s.PinEndpoints {
+		return fieldErr("wireguard.pinEndpoints", "remove it: the sidecar kill switch already lets the agent's socket send only to the endpoints", "endpoint pinning is host mode's")
+	}
 	sc := &Sidecar{}
 	for i, a := range o.AllowedSubnets {
 		field := fmt.Sprintf("sidecar.allowedSubnets[%d]", i)
@@ -94,12 +97,18 @@ func resolveSidecar(c *Config, s *Spec) error {
 // packets: wireguard.fwMark, or in sidecar mode names.SidecarFwMark, which
 // the policy routing sends by the pod's routes (everything unmarked goes to
 // the tunnel's table) and the sidecar kill switch matches for the kernel
-// backend.
+// backend; with wireguard.pinEndpoints and no mark set, names.PinFwMark,
+// which the host-side pin table tells the tunnel's packets by.
 func (s *Spec) DeviceMark() int {
-	if s.FwMark == 0 && s.Sidecar != nil {
+	switch {
+	case s.FwMark != 0:
+		return s.FwMark
+	case s.Sidecar != nil:
 		return names.SidecarFwMark
+	case s.PinEndpoints:
+		return names.PinFwMark
 	}
-	return s.FwMark
+	return 0
 }
 
 func containedIn(ps []netip.Prefix, a netip.Addr) bool {

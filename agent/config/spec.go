@@ -43,6 +43,9 @@ type Spec struct {
 	// EndpointResolver is the DNS server asked for endpoint host names
 	// (invalid: the host's resolver).
 	EndpointResolver netip.AddrPort
+	// PinEndpoints: the host-side pin table lets the tunnel's socket send
+	// only to the active server's endpoints (wireguard.pinEndpoints).
+	PinEndpoints bool
 
 	IPv6      bool // true: tunnel IPv6; false: drop all IPv6
 	DNSMode   DNSMode

@@ -85,6 +85,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 	// namespace's nf_tables generation moved (or every DefaultBackstop).
 	watch := health.NewWatcher(s.Name)
 	watch.Ruleset = inst.Ruleset
+	watch.PinRuleset = inst.PinRuleset
 	defer watch.Close() // a panic; every return closes it before the teardown
 	stop := func() error {
 		return shutdown(parts.fwd, watch, func() error { dns.close(); return teardown(eng, inst, log) })
@@ -144,7 +145,7 @@ func Run(ctx context.Context, eng *engine.Engine, s *config.Spec, o Options) err
 		case <-dead:
 			locked(func() {
 				log.Warn("data plane stopped (link deleted?); rebuilding the tunnel")
-				rep := health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Forwarded: inst.Forwarded(), Ruleset: inst.Ruleset})
+				rep := health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Forwarded: inst.Forwarded(), Ruleset: inst.Ruleset, Pin: inst.PinRuleset})
 				parts.mon.observe(inst, nil, readingOf(eng, inst))
 				parts.mon.repaired(rep, repair(ctx, eng, inst, rep, log))
 			})

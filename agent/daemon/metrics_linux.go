@@ -135,7 +135,7 @@ func (mo *monitor) observe(inst *engine.Instance, w *health.Watcher, dev health.
 	if w != nil {
 		rep = w.Observe(inst.Spec, inst.Tunnel, inst.Forwarded(), dev)
 	} else {
-		rep = health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true, Device: dev, Forwarded: inst.Forwarded(), Ruleset: inst.Ruleset})
+		rep = health.Inspect(health.Target{Name: inst.Spec.Name, Spec: inst.Spec, Tunnel: inst.Tunnel, Peers: true, Device: dev, Forwarded: inst.Forwarded(), Ruleset: inst.Ruleset, Pin: inst.PinRuleset})
 	}
 	// The failover loop's judgement, as status adds it from the state file.
 	if p := inst.Liveness().Problem(); p != "" {

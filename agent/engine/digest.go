@@ -19,7 +19,7 @@ import (
 // Any other change needs down and up.
 var (
 	LiveParts    = []string{"dns", "endpointResolver", "health", "metrics", "openPorts", "peers", "pool", "portForwarding", "privateKey"}
-	RestartParts = []string{"addresses", "backend", "fwMark", "hostLink", "interface", "ipv6", "listenPort", "memory", "mtu", "name", "sidecar"}
+	RestartParts = []string{"addresses", "backend", "fwMark", "hostLink", "interface", "ipv6", "listenPort", "memory", "mtu", "name", "pinEndpoints", "sidecar"}
 )
 
 // SpecParts assigns every field of config.Spec to the part that covers it
@@ -30,7 +30,7 @@ var SpecParts = map[string]string{
 	"Name": "name", "Backend": "backend", "Interface": "interface",
 	"PrivateKey": "privateKey", "Addresses": "addresses", "MTU": "mtu",
 	"ListenPort": "listenPort", "FwMark": "fwMark", "Peers": "peers",
-	"EndpointResolver": "endpointResolver", "IPv6": "ipv6",
+	"EndpointResolver": "endpointResolver", "IPv6": "ipv6", "PinEndpoints": "pinEndpoints",
 	"DNSMode": "dns", "DNS": "dns", "DNSSearch": "dns",
 	"OpenTCP": "openPorts", "OpenUDP": "openPorts", "HostLink": "hostLink",
 	"Probe": "health", "Metrics": "metrics", "PortForward": "portForwarding",
@@ -85,18 +85,19 @@ func sum(v string) string {
 
 func serverDigests(s *config.Spec) map[string]string {
 	parts := map[string]any{
-		"dns":        []any{s.DNSMode, s.DNS, s.DNSSearch},
-		"openPorts":  []any{s.OpenTCP, s.OpenUDP},
-		"privateKey": s.PrivateKey.PublicKey().String(),
-		"addresses":  s.Addresses,
-		"backend":    s.Backend,
-		"fwMark":     s.FwMark,
-		"interface":  s.Interface,
-		"ipv6":       s.IPv6,
-		"listenPort": s.ListenPort,
-		"mtu":        s.MTU,
-		"memory":     s.PacketBuffers,
-		"name":       s.Name,
+		"dns":          []any{s.DNSMode, s.DNS, s.DNSSearch},
+		"openPorts":    []any{s.OpenTCP, s.OpenUDP},
+		"privateKey":   s.PrivateKey.PublicKey().String(),
+		"addresses":    s.Addresses,
+		"backend":      s.Backend,
+		"fwMark":       s.FwMark,
+		"interface":    s.Interface,
+		"ipv6":         s.IPv6,
+		"listenPort":   s.ListenPort,
+		"mtu":          s.MTU,
+		"memory":       s.PacketBuffers,
+		"name":         s.Name,
+		"pinEndpoints": s.PinEndpoints,
 		// A listen address, a probe: no secret.
 		"endpointResolver": s.EndpointResolver,
 		"metrics":          fmt.Sprint(s.Metrics),

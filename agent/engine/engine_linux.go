@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -80,6 +81,10 @@ type Instance struct {
 	// (a failover, a rebuild): a lease granted before is gone with them.
 	forwardGen uint64
 	state      *State // the state file as last written
+	// pinned is what the pin table allows (wireguard.pinEndpoints): the
+	// device's endpoints, during a change the old ones too.
+	pinned []netip.AddrPort
+	agent  *policy.AgentSocket // this process's cgroup, once asked (pinEnv)
 }
 
 func (e *Engine) log() *slog.Logger {
@@ -227,6 +232,17 @@ func (e *Engine) buildHost(ctx context.Context, inst *Instance) (err error) {
 	if err := e.tunnelStep(ctx, sys, inst, j, log); err != nil {
 		return err
 	}
+	// The pin goes in with the tunnel, before its routes make it carry
+	// the namespace's traffic. Kept on rollback only in an adopted
+	// namespace, like the kill switch.
+	if s.PinEndpoints {
+		if err := e.applyPin(ctx, inst); err != nil {
+			return err
+		}
+		if !inst.Adopted {
+			j.add(StepTunnel, func() error { return removePin(sys.fw, s.Name) })
+		}
+	}
 
 	if err := sys.links.ConfigureTunnel(s); err != nil {
 		return err
@@ -343,12 +359,29 @@ func (e *Engine) RepairTunnel(ctx context.Context, inst *Instance) error {
 		inst.Tunnel.Destroy()
 	}
 	sys := e.sys()
+	if inst.Spec.PinEndpoints {
+		// Ensure resolves the endpoints again: the pin lets the device
+		// reach them from its first handshake.
+		if cfg, err := sys.dev.Config(ctx, inst.Spec); err == nil {
+			if _, err := e.widenPin(inst, cfg); err != nil {
+				return err
+			}
+		}
+	}
 	t, err := sys.tunnels.Ensure(ctx, inst.Spec, inst.Backend, e.log().With("namespace", inst.Spec.Name))
 	if err != nil {
 		return err
 	}
 	inst.Tunnel = t
 	inst.applied = appliedOf(t) // Ensure resolved the endpoints afresh
+	if inst.Spec.PinEndpoints {
+		// The new device's endpoints, resolved afresh, replace the old.
+		cfg, err := e.applied(ctx, inst)
+		if err != nil {
+			return err
+		}
+		e.narrowPin(inst, endpointsOf(cfg))
+	}
 	return inst.variant().routes(sys, inst.Spec)
 }
 
@@ -493,6 +526,7 @@ func (e *Engine) removeAll(name, iface string, tunnelStopped bool) (left []strin
 		return ok
 	}
 	add("host policy", removeHostPolicy(sys.fw, name))
+	add("pin table", removePin(sys.fw, name))
 	add("ip_forward", sys.links.ReleaseForwarding(name))
 	if ours(names.HostVeth(name)) {
 		add("host link", sys.links.DeleteHostLink(names.HostVeth(name)))

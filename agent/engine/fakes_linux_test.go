@@ -190,6 +190,12 @@ func (f fakeFirewall) SetForwarded(nsPath, table string, fwd policy.Forwarded) e
 	}
 	return f.call("fw.forward " + nsPath + " " + table + " " + fwd.String())
 }
+func (f fakeFirewall) SetPinned(table string, eps []netip.AddrPort) error {
+	if !f.tables[" "+table] {
+		return errors.New("no such table")
+	}
+	return f.call(fmt.Sprint("fw.pin ", table, " ", eps))
+}
 func (f fakeFirewall) Remove(nsPath, table string) error {
 	if nsPath != "" || table == names.Table {
 		f.violate("fw.remove %s %s: the kill switch was removed", nsPath, table)

@@ -53,10 +53,25 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 		// old one left open meanwhile.
 		fwd = policy.Forwarded{}
 	}
+	// New peers: the pin lets the socket reach their endpoints first.
+	pinnedBefore := inst.pinned
+	peers := slices.Contains(live, "peers")
+	if peers && twin.PinEndpoints {
+		cfg, err := e.sys().dev.Config(ctx, twin)
+		if err != nil {
+			return nil, fmt.Errorf("reload %s: %w", inst.Spec.Name, err)
+		}
+		if _, err := e.widenPin(inst, cfg); err != nil {
+			return nil, fmt.Errorf("reload %s: %w", inst.Spec.Name, err)
+		}
+	}
 	if err := e.apply(ctx, inst.variant(), inst.Tunnel, inst.Spec, twin, live, fwd); err != nil {
 		// Put back what was replaced; the kill switch stays either way.
 		if rerr := e.apply(ctx, inst.variant(), inst.Tunnel, twin, inst.Spec, live, inst.forwarded); rerr != nil {
 			err = fmt.Errorf("%w (restoring the running config: %v)", err, rerr)
+		}
+		if peers {
+			e.narrowPin(inst, pinnedBefore)
 		}
 		return nil, fmt.Errorf("reload %s: %w", inst.Spec.Name, err)
 	}
@@ -66,6 +81,15 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 	}
 	inst.Spec = twin
 	inst.applied = nil // the device's new configuration is the reference for drift now
+	if peers && twin.PinEndpoints {
+		// The pin follows the drift check's reference (the names resolved
+		// once more; the check puts the device on it).
+		if cfg, err := e.applied(ctx, inst); err == nil {
+			e.narrowPin(inst, endpointsOf(cfg))
+		} else {
+			e.log().Warn("pin endpoints: the new peers' names do not resolve; the previous endpoints stay allowed", "namespace", twin.Name, "err", err)
+		}
+	}
 	res.Changed = live
 	e.log().Info("namespace reloaded", "namespace", twin.Name, "changed", live)
 	return live, nil

@@ -180,6 +180,7 @@ func TestSpecPartsCoverSpec(t *testing.T) {
 		"Metrics":       func(s *config.Spec) { s.Metrics = &config.Listen{Network: "tcp", Address: "127.0.0.1:9586"} },
 		"PortForward":   func(s *config.Spec) { s.PortForward = &config.PortForwardSpec{Style: config.PortForwardProton} },
 		"PacketBuffers": func(s *config.Spec) { s.PacketBuffers = 128 },
+		"PinEndpoints":  func(s *config.Spec) { s.PinEndpoints = true },
 		"Sidecar":       func(s *config.Spec) { s.Sidecar = &config.Sidecar{} },
 		"Warnings":      func(s *config.Spec) { s.Warnings = []string{"PostUp ignored"} },
 		"KeysLoaded":    func(s *config.Spec) { s.KeysLoaded = !s.KeysLoaded },

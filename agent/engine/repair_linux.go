@@ -41,6 +41,9 @@ func (e *Engine) Repair(ctx context.Context, inst *Instance, rep *health.Report)
 	if hostPolicy {
 		errs = append(errs, wrap("repair host table", applyHostPolicy(sys.fw, inst.Spec)))
 	}
+	if rep.Has(health.PinMissing) {
+		errs = append(errs, wrap("repair endpoint pin table", e.applyPin(ctx, inst)))
+	}
 	return errors.Join(errs...)
 }
 

@@ -180,6 +180,16 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	}
 	policySwitched = true
 
+	// The pin lets the socket reach the next server's endpoints before the
+	// device is given them (netlink cannot batch nftables with the
+	// device's configuration, nor the host's table with the namespace's),
+	// and only them once it has them, below.
+	pinnedBefore, err := e.widenPin(inst, cfg)
+	if err != nil {
+		return fmt.Errorf("switch to server %d: %w", next.Server, err)
+	}
+	j.add(StepTunnel, func() error { return e.repin(inst, pinnedBefore) })
+
 	if err := sys.dev.Configure(inst.Tunnel, next.Name, live(cfg, next)); err != nil {
 		return fmt.Errorf("switch to server %d: %w", next.Server, err)
 	}
@@ -207,6 +217,7 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	}
 	inst.Spec, inst.applied, inst.state, inst.forwarded = next, &cfg, st, policy.Forwarded{}
 	inst.forwardGen++
+	e.narrowPin(inst, endpointsOf(&cfg))
 	log.Info("switched server", "server", next.Server, "config", next.ConfigFile(), "endpoint", endpointOf(next))
 	return nil
 }

@@ -7,11 +7,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -27,6 +29,7 @@ type switchWorld struct {
 	resolv   string // resolv.conf's servers
 	resolved map[string]string
 	devCfg   *wgtypes.Config
+	pinned   []netip.AddrPort // what the pin table allows, if loaded
 }
 
 func dnsOf(s *config.Spec) string {
@@ -54,6 +57,12 @@ func (f recFirewall) Apply(r *policy.Ruleset, nsPath string) error {
 		case policy.SetForwardedUDP:
 			fwd.UDP = s.Ports
 		}
+		if s.Name == policy.SetPin4 {
+			f.sw.pinned = nil
+			for _, a := range s.Addrs {
+				f.sw.pinned = append(f.sw.pinned, netip.AddrPortFrom(a.Addr(), 51820))
+			}
+		}
 		if s.Name == "dns4" {
 			var a []string
 			for _, p := range s.Addrs {
@@ -62,7 +71,17 @@ func (f recFirewall) Apply(r *policy.Ruleset, nsPath string) error {
 			f.sw.dns = strings.Join(a, ",")
 		}
 	}
-	f.sw.fwd = fwd.String()
+	if r.Set(policy.SetPin4) == nil {
+		f.sw.fwd = fwd.String()
+	}
+	return nil
+}
+
+func (f recFirewall) SetPinned(table string, eps []netip.AddrPort) error {
+	if err := f.fakeFirewall.SetPinned(table, eps); err != nil {
+		return err
+	}
+	f.sw.pinned = eps
 	return nil
 }
 
@@ -90,6 +109,13 @@ func (f fakeDevices) Configure(_ wireguard.Tunnel, _ string, cfg wgtypes.Config)
 	}
 	if !f.sw.tables[killSwitch("torrent")] {
 		f.sw.violate("device configured without the kill switch")
+	}
+	if f.sw.tables[" "+names.PinTable("torrent")] {
+		for _, p := range cfg.Peers {
+			if p.Endpoint != nil && !slices.Contains(f.sw.pinned, p.Endpoint.AddrPort()) {
+				f.sw.violate("device given endpoint %s while the pin allows only %v", p.Endpoint, f.sw.pinned)
+			}
+		}
 	}
 	f.sw.devCfg = &cfg
 	return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 
 	"github.com/vishvananda/netlink"
@@ -40,6 +41,9 @@ type firewall interface {
 	// SetForwarded makes the table's forwarded-port sets hold f, adding
 	// and removing elements in one batch (never a replace).
 	SetForwarded(nsPath, table string, f policy.Forwarded) error
+	// SetPinned makes the pin table (in the agent's own namespace) allow
+	// exactly eps, in one batch (never a replace).
+	SetPinned(table string, eps []netip.AddrPort) error
 }
 
 // links configures the links that carry traffic: the tunnel's addresses
@@ -186,6 +190,9 @@ func (nftFirewall) Apply(r *policy.Ruleset, nsPath string) error  { return polic
 func (nftFirewall) Remove(nsPath, table string) error             { return policy.Remove(nsPath, table) }
 func (nftFirewall) SetForwarded(nsPath, table string, f policy.Forwarded) error {
 	return policy.SetForwarded(nsPath, table, f)
+}
+func (nftFirewall) SetPinned(table string, eps []netip.AddrPort) error {
+	return policy.SetPinned(table, eps)
 }
 
 type netlinkLinks struct{}

@@ -40,6 +40,10 @@ type Target struct {
 	// sockets, which only the agent knows): the table is checked for
 	// being loaded only.
 	Ruleset func(*config.Spec) (*policy.Ruleset, error)
+	// Pin returns the pin table the host namespace must hold (the running
+	// agent's: engine.Engine.PinRuleset; nil ruleset: none). Nil: the pin
+	// table is not checked.
+	Pin func() (*policy.Ruleset, error)
 
 	gates *Watcher // nil: every table is read in full
 }
@@ -66,9 +70,9 @@ func Inspect(t Target) *Report {
 	r.Namespace = true
 	var table *Gate[Policy]
 	var link *Gate[Link]
-	var host *Gate[struct{}]
+	var host, pin *Gate[struct{}]
 	if t.gates != nil {
-		table, link, host = &t.gates.Table, &t.gates.Link, &t.gates.Host
+		table, link, host, pin = &t.gates.Table, &t.gates.Link, &t.gates.Host, &t.gates.Pin
 	}
 	inspectPolicy(r, t.Spec, t.want, t.Forwarded, table, t.Peers)
 	if wireguard.Stopped(t.Tunnel) {
@@ -87,6 +91,9 @@ func Inspect(t Target) *Report {
 		} else if !ok {
 			r.Add(HostPolicyMissing, "host table for %s missing or changed", s.Name)
 		}
+	}
+	if t.Pin != nil && t.Spec != nil {
+		inspectPin(r, t.Spec, t.Pin, pin)
 	}
 	return r
 }

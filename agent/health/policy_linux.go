@@ -77,6 +77,40 @@ func hostPolicyMatches(s *config.Spec, g *Gate[struct{}]) (bool, error) {
 	return ok, nil
 }
 
+// inspectPin checks that the host namespace holds the pin table want
+// compiles (none: nothing to check), through the gate g (nil: always
+// read).
+func inspectPin(r *Report, s *config.Spec, want func() (*policy.Ruleset, error), g *Gate[struct{}]) {
+	p, skip, _ := g.begin(s, policy.Forwarded{})
+	if skip {
+		return
+	}
+	ok := false
+	defer func() { g.verified(p, s, policy.Forwarded{}, ok, struct{}{}) }()
+	rs, err := want()
+	if err != nil {
+		r.Add(PinMissing, "cannot compile the endpoint pin table to compare: %v", err)
+		return
+	}
+	if rs == nil {
+		ok = true
+		return
+	}
+	st, err := policy.Inspect("", rs.Name)
+	switch {
+	case err != nil:
+		r.Add(PinMissing, "cannot check the endpoint pin table %s: %v", rs.Name, err)
+	case !st.Loaded:
+		r.Add(PinMissing, "endpoint pin table %s is NOT loaded: the tunnel's socket may send anywhere", rs.Name)
+	default:
+		if err := st.Verify(rs); err != nil {
+			r.Add(PinMissing, "endpoint pin table %s was changed: %v", rs.Name, err)
+			return
+		}
+		ok = true
+	}
+}
+
 // drops maps each counter's name to its packets.
 func drops(cs []policy.CounterState) map[string]uint64 {
 	out := make(map[string]uint64, len(cs))

@@ -41,6 +41,12 @@ const (
 	// left): whether it is loaded is unknown, which is not "missing". The
 	// repair re-applies it all the same (atomically: never open).
 	PolicyUnreadable
+
+	// The pin table (wireguard.pinEndpoints) in the host namespace is
+	// missing, unreadable or not what the agent loaded: the tunnel's
+	// socket may reach other addresses. Found only when the running agent
+	// says what it must be (Target.Pin).
+	PinMissing
 )
 
 // Problem is one thing wrong with a namespace.

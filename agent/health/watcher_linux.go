@@ -19,9 +19,12 @@ type Watcher struct {
 	Table Gate[Policy]
 	Link  Gate[Link]
 	Host  Gate[struct{}]
+	Pin   Gate[struct{}] // the endpoint pin table, also in the host namespace
 	// Ruleset is Target.Ruleset for every check (nil: policy.Compile).
 	Ruleset func(*config.Spec) (*policy.Ruleset, error)
-	socks   []interface{ Close() }
+	// PinRuleset is Target.Pin for every check (nil: not checked).
+	PinRuleset func() (*policy.Ruleset, error)
+	socks      []interface{ Close() }
 }
 
 // NewWatcher watches the namespace name and the agent's own (host)
@@ -29,14 +32,14 @@ type Watcher struct {
 func NewWatcher(name string) *Watcher {
 	ns, rt, host := policy.NewGenWatch(netns.Path(name)), newRTWatch(name), policy.NewGenWatch("")
 	return &Watcher{
-		Table: Gate[Policy]{Gens: ns}, Link: Gate[Link]{Gens: rt}, Host: Gate[struct{}]{Gens: host},
+		Table: Gate[Policy]{Gens: ns}, Link: Gate[Link]{Gens: rt}, Host: Gate[struct{}]{Gens: host}, Pin: Gate[struct{}]{Gens: host},
 		socks: []interface{ Close() }{ns, rt, host},
 	}
 }
 
 // Check inspects the namespace of s as Check does, through the gates.
 func (w *Watcher) Check(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded) *Report {
-	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd, Ruleset: w.Ruleset, gates: w})
+	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd, Ruleset: w.Ruleset, Pin: w.PinRuleset, gates: w})
 }
 
 // Observe inspects as Check does and also reads the WireGuard peers, as
@@ -44,7 +47,7 @@ func (w *Watcher) Check(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded
 // counters, so they are current. The peers are read through dev (nil:
 // wgctrl).
 func (w *Watcher) Observe(s *config.Spec, t wireguard.Tunnel, fwd policy.Forwarded, dev DeviceReader) *Report {
-	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd, Peers: true, Device: dev, Ruleset: w.Ruleset, gates: w})
+	return Inspect(Target{Name: s.Name, Spec: s, Tunnel: t, Forwarded: fwd, Peers: true, Device: dev, Ruleset: w.Ruleset, Pin: w.PinRuleset, gates: w})
 }
 
 // Close closes the sockets the gates read.

@@ -7,7 +7,7 @@ import (
 
 // numKinds bounds the health.Kind values counted (repairable ones are
 // all below it).
-const numKinds = int(health.ConfigUnreadable) + 1
+const numKinds = int(health.PinMissing) + 1
 
 // kindNames are the repairs_total kind label values: the problems the
 // daemon repairs. Problems nothing repairs (a stale handshake, an
@@ -21,6 +21,7 @@ var kindNames = map[health.Kind]string{
 	health.HostLinkMissing:   "host_link_missing",
 	health.HostPolicyMissing: "host_policy_missing",
 	health.RoutesWrong:       "routes_wrong",
+	health.PinMissing:        "pin_missing",
 }
 
 func repairable(k health.Kind) bool {

@@ -26,6 +26,14 @@ const (
 	Table = "vpn-confinement"
 	// HostTablePrefix starts the host-side table (family inet) of a host link.
 	HostTablePrefix = "vpnc-"
+	// PinTablePrefix starts the host-side table (family inet) that pins
+	// the tunnel's socket to its endpoints (wireguard.pinEndpoints). A
+	// namespace name has no "_", so it never meets a HostTable.
+	PinTablePrefix = "vpnc_pin-"
+	// PinFwMark is the firewall mark the agent puts on the device's own
+	// packets when endpoints are pinned and wireguard.fwMark is not set
+	// ("vc"): the pin table tells the tunnel's packets by it.
+	PinFwMark = 0x7663
 	// MaxNameLen keeps the derived interface names ("vc-"+name) within
 	// IFNAMSIZ-1 (15) bytes.
 	MaxNameLen = 12
@@ -137,6 +145,10 @@ func UAPISocket(iface string) string { return filepath.Join(UAPIDir, iface+".soc
 
 // HostTable is the host-side table of namespace ns's host link.
 func HostTable(ns string) string { return HostTablePrefix + ns }
+
+// PinTable is the host-side table that pins namespace ns's tunnel socket
+// to its endpoints.
+func PinTable(ns string) string { return PinTablePrefix + ns }
 
 // AgentUnit is the systemd unit of namespace ns's agent on non-NixOS hosts
 // (dist/systemd/vpn-agent@.service).

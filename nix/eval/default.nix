@@ -322,6 +322,19 @@ let
     ++ lib.optional (probeOnly.health != { probe.address = "10.2.0.1"; }) "new options: a probe address alone generated ${builtins.toJSON probeOnly.health}"
     ++ lib.optional (!(probeOff ? health) || probeOff.health != { probe = null; }) "health.probe.enable = false generated ${builtins.toJSON (probeOff.health or null)}, want {\"probe\":null}";
 
+  # Issue 24.3: wireguard.pinEndpoints maps to the agent's field when on,
+  # and is absent (the agent's default, off) otherwise.
+  pinChecks =
+    let
+      gen =
+        v:
+        (eval (withBase { services.vpnConfinement.namespaces.vpn.wireguard.pinEndpoints = v; }))
+        .services.vpnConfinement.namespaces.vpn.generatedConfig.wireguard;
+      unset = (eval base).services.vpnConfinement.namespaces.vpn.generatedConfig.wireguard;
+    in
+    lib.optional ((gen true).pinEndpoints or null != true) "wireguard.pinEndpoints = true generated ${builtins.toJSON (gen true)}"
+    ++ lib.optional ((gen false) ? pinEndpoints || unset ? pinEndpoints) "wireguard.pinEndpoints off, yet in the JSON: ${builtins.toJSON (gen false)}";
+
   # Port forwarding (issue 14): every option and the JSON it must map to,
   # field for field; enabled alone, "natpmp" with the enums' defaults;
   # disabled, nothing at all (portForwardingChecks).
@@ -1208,6 +1221,7 @@ in
     ++ monitoringChecks
     ++ podmanChecks
     ++ newOptionChecks
+    ++ pinChecks
     ++ portForwardingChecks
     ++ memoryChecks
     ++ egressChecks;

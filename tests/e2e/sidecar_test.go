@@ -94,13 +94,7 @@ type sidecarPodOptions struct {
 func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 	t.Helper()
 	requireAgent(t)
-	cgRoot := "/sys/fs/cgroup/unified"
-	if _, err := os.Stat(filepath.Join(cgRoot, "cgroup.procs")); err != nil {
-		if _, err := os.Stat("/sys/fs/cgroup/cgroup.procs"); err != nil {
-			t.Skip("no cgroup v2 hierarchy (sidecar mode matches the agent's sockets by cgroup v2)")
-		}
-		cgRoot = "/sys/fs/cgroup"
-	}
+	cgRoot := cgroupRoot(t, "sidecar mode matches the agent's sockets by cgroup v2")
 	ho := harness.Options{ProviderBin: env.providerBin}
 	if o.natpmp {
 		lt, _ := time.ParseDuration(forwardLifetime)
@@ -142,10 +136,11 @@ func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 		TCPEcho: []string{clusterEcho4.String()},
 		UDPEcho: []string{clusterEcho4.String()},
 	})
-	s.agentCG = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-agent"))
-	s.appCG = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-app"))
 	// The agent's container: its binary started in its cgroup.
-	s.ag = agentproc.Agent{Bin: inCgroup(t, filepath.Join(tp.Dir, "vpn-agent-in-cgroup"), s.agentCG, env.agentBin), HostNS: s.pod}
+	var wrapper string
+	wrapper, s.agentCG = agentInCgroup(t, tp, cgRoot)
+	s.appCG = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-app"))
+	s.ag = agentproc.Agent{Bin: wrapper, HostNS: s.pod}
 	var files []string
 	probeAt := testbed.ProvTunnel4
 	if o.pool {
@@ -190,6 +185,28 @@ func inCgroup(t *testing.T, path, cg, exe string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// cgroupRoot is where the cgroup v2 hierarchy is mounted; the test is
+// skipped without one (why says what needs it).
+func cgroupRoot(t *testing.T, why string) string {
+	t.Helper()
+	for _, d := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err == nil {
+			return d
+		}
+	}
+	t.Skip("no cgroup v2 hierarchy (" + why + ")")
+	return ""
+}
+
+// agentInCgroup makes a cgroup v2 directory of the topology's own under
+// cgRoot (a container's, or a systemd unit's) and a wrapper that starts
+// the agent's binary in it: the wrapper's path and the cgroup's.
+func agentInCgroup(t *testing.T, tp *harness.Topo, cgRoot string) (bin, cg string) {
+	t.Helper()
+	cg = makeCgroup(t, filepath.Join(cgRoot, tp.ID+"-agent"))
+	return inCgroup(t, filepath.Join(tp.Dir, "vpn-agent-in-cgroup"), cg, env.agentBin), cg
 }
 
 // makeCgroup creates a cgroup v2 directory, removed at cleanup once its
