@@ -65,7 +65,7 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 		inst.forwardGen++
 	}
 	inst.Spec = twin
-	inst.applied = nil // the device's new configuration is the reference for drift now
+	inst.applied, inst.standby = nil, nil // the device's new configuration is the reference for drift now
 	res.Changed = live
 	e.log().Info("namespace reloaded", "namespace", twin.Name, "changed", live)
 	return live, nil
