@@ -55,6 +55,9 @@ type Spec struct {
 	HostLink *HostLinkSpec // nil when disabled
 
 	Probe   *ProbeSpec // nil: judge by WireGuard's timers only (health.probe null, or no resolver)
+	// PreferFirst: move back to the pool's first server once it answers
+	// again (health.preferFirst, default true).
+	PreferFirst bool
 	Metrics *Listen    // nil when off
 
 	PortForward *PortForwardSpec // nil when off

@@ -192,8 +192,16 @@ func TestSetStandbyRefusesIncompatible(t *testing.T) {
 		edit func(p []*config.Spec) *config.Spec
 		want string
 	}{
-		{func(p []*config.Spec) *config.Spec { s := *p[1]; s.PrivateKey, _ = wgtypes.GeneratePrivateKey(); return &s }, "private key"},
-		{func(p []*config.Spec) *config.Spec { s := *p[2]; s.Addresses = []netip.Prefix{pfx("10.3.0.2/32")}; return &s }, "addresses"},
+		{func(p []*config.Spec) *config.Spec {
+			s := *p[1]
+			s.PrivateKey, _ = wgtypes.GeneratePrivateKey()
+			return &s
+		}, "private key"},
+		{func(p []*config.Spec) *config.Spec {
+			s := *p[2]
+			s.Addresses = []netip.Prefix{pfx("10.3.0.2/32")}
+			return &s
+		}, "addresses"},
 		{func(p []*config.Spec) *config.Spec { s := *p[1]; s.Peers = []config.PeerSpec{p[0].Peers[0]}; return &s }, "server key"},
 		{func(p []*config.Spec) *config.Spec { return p[0] }, "active server"},
 	} {
@@ -310,5 +318,3 @@ func TestWarmSwitchRollback(t *testing.T) {
 		})
 	}
 }
-
-
