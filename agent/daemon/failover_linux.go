@@ -117,6 +117,7 @@ type failoverEngine interface {
 	Switch(ctx context.Context, inst *engine.Instance, next *config.Spec) error
 	RecordLiveness(inst *engine.Instance, l *engine.Liveness) error
 	SetStandby(ctx context.Context, inst *engine.Instance, s *config.Spec) error
+	Standby(inst *engine.Instance) (*config.Spec, time.Time)
 }
 
 func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *slog.Logger) *failover {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/liveness"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
@@ -27,7 +28,7 @@ func (f *failover) standbyTick(ctx context.Context, now time.Time, d *wireguard.
 	if f.inst.Tunnel == nil || wireguard.Stopped(f.inst.Tunnel) {
 		return false // the repair's: a new device has no standby
 	}
-	cur, armed := f.inst.Standby()
+	cur, armed := f.eng.Standby(f.inst)
 	curIdx, st := -1, liveness.StandbyNone
 	snap := StandbySnapshot{State: liveness.StandbyNone}
 	if cur != nil {
@@ -37,8 +38,7 @@ func (f *failover) standbyTick(ctx context.Context, now time.Time, d *wireguard.
 		if f.plan.Observe(now, curIdx, st) {
 			f.log.Warn("the standby server does not answer; replacing it", "standby", curIdx, "config", cur.ConfigFile())
 		}
-		snap.Known, snap.State, snap.LastHandshake = true, st, hs
-		snap.Server, _ = f.inst.StandbyServer()
+		snap.Known, snap.State, snap.LastHandshake, snap.Server = true, st, hs, serverOf(cur)
 		if !hs.IsZero() {
 			snap.HandshakeAge, snap.HandshakeKnown = now.Sub(hs), true
 		}
@@ -80,12 +80,19 @@ func (f *failover) standbyTick(ctx context.Context, now time.Time, d *wireguard.
 			break
 		}
 		f.log.Info("standby server armed", "standby", want, "config", f.pool[want].ConfigFile())
-		snap = StandbySnapshot{Known: true, State: liveness.StandbyArming}
-		snap.Server, _ = f.inst.StandbyServer()
+		snap = StandbySnapshot{Known: true, State: liveness.StandbyArming, Server: serverOf(f.pool[want])}
 		f.plan.Observe(now, want, liveness.StandbyArming)
 	}
 	f.standby = snap
 	return changed
+}
+
+func serverOf(s *config.Spec) engine.Server {
+	out := engine.Server{Index: s.Server, ConfigFile: s.ConfigFile()}
+	if len(s.Peers) > 0 {
+		out.Endpoint = s.Peers[0].Endpoint
+	}
+	return out
 }
 
 func lastHandshake(d *wireguard.Device, k wgtypes.Key) time.Time {

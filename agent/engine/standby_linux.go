@@ -82,6 +82,10 @@ func (inst *Instance) Standby() (*config.Spec, time.Time) {
 	return inst.standby.spec, inst.standby.armed
 }
 
+// Standby is inst.Standby, for the daemon's failover loop (an interface
+// its tests fake).
+func (e *Engine) Standby(inst *Instance) (*config.Spec, time.Time) { return inst.Standby() }
+
 // StandbyServer describes the standby for status and metrics (ok false:
 // none).
 func (inst *Instance) StandbyServer() (Server, bool) {
