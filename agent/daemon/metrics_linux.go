@@ -8,6 +8,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/liveness"
 	"github.com/vpn-confinement/vpn-confinement/agent/metrics"
 	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
@@ -162,6 +163,15 @@ func (mo *monitor) liveness(l *Liveness) {
 	}
 	for i := mo.seen.ProbeFailures; i < now.ProbeFailures; i++ {
 		mo.m.ProbeFailed()
+	}
+	if now.Pool > 1 {
+		sb := &metrics.Standby{Server: -1, Warm: now.Standby.State == liveness.StandbyWarm, MovesBack: now.MovesBack}
+		if now.Standby.Known {
+			sb.Server = now.Standby.Server.Index
+		}
+		if old := mo.m.Snapshot().Standby; old == nil || *old != *sb {
+			mo.m.SetStandby(sb)
+		}
 	}
 	mo.seen = now
 }
