@@ -181,8 +181,11 @@
 // the same server: the standby's kill switch replaces the active one
 // atomically, then one change of the device moves the allowed IPs to the
 // standby's peer, whose session is already up. The standby is judged by
-// its handshakes: none within 15 s of being added, or a session older
-// than 180 s, makes it dead, and the next server of the pool replaces it
+// its handshakes: none within 15 s of being added, or a handshake older
+// than 150 s (a live standby renews its session every 120 s plus at most
+// one 25 s keepalive; a server that dies with a young session is found
+// at that renewal, as WireGuard answers keepalives with nothing), makes
+// it dead, and the next server of the pool replaces it
 // (a dead one is tried again after 30 s, doubling to 10 minutes). The
 // failed server is re-checked the same way, as a standby once its hold
 // ends; with health.preferFirst the namespace moves back to the first

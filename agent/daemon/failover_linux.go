@@ -103,6 +103,9 @@ type failover struct {
 	// The warm standby (standby.go's loop part: standbyTick, moveBack).
 	plan    liveness.StandbyPlan
 	standby StandbySnapshot
+	// lastDead is the standby last found dead while no other server could
+	// replace it (-1: none): status shows it dead until one is armed.
+	lastDead int
 }
 
 type probeResult struct {
@@ -127,7 +130,7 @@ func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *
 	}
 	f := &failover{
 		eng: eng, inst: inst, log: log, out: out, pool: pool, now: time.Now,
-		results: make(chan probeResult, 1), tunnel: inst.Tunnel,
+		results: make(chan probeResult, 1), tunnel: inst.Tunnel, lastDead: -1,
 	}
 	f.rec = liveness.Recovery{Pool: len(pool), Active: inst.Spec.Server}
 	f.plan = liveness.StandbyPlan{Pool: len(pool), PreferFirst: inst.Spec.PreferFirst}

@@ -61,7 +61,10 @@ func (f *failover) standbyTick(ctx context.Context, now time.Time, d *wireguard.
 			f.log.Warn("cannot remove the dead standby", "err", err)
 		}
 		changed = true
-		snap = StandbySnapshot{State: liveness.StandbyNone, Why: "every other server is held out after failing (tried again after its hold)"}
+		f.lastDead = curIdx
+		snap = f.deadSnapshot()
+	case !ok && cur == nil && f.lastDead >= 0 && f.lastDead < len(f.pool) && f.lastDead != f.inst.Spec.Server:
+		snap = f.deadSnapshot()
 	case !ok && cur == nil:
 		snap.Why = "every other server is held out after failing (tried again after its hold)"
 		if why != nil {
@@ -80,11 +83,19 @@ func (f *failover) standbyTick(ctx context.Context, now time.Time, d *wireguard.
 			break
 		}
 		f.log.Info("standby server armed", "standby", want, "config", f.pool[want].ConfigFile())
+		f.lastDead = -1
 		snap = StandbySnapshot{Known: true, State: liveness.StandbyArming, Server: serverOf(f.pool[want])}
 		f.plan.Observe(now, want, liveness.StandbyArming)
 	}
 	f.standby = snap
 	return changed
+}
+
+// deadSnapshot is the standby last found dead, its peer removed, held out
+// until its hold ends.
+func (f *failover) deadSnapshot() StandbySnapshot {
+	return StandbySnapshot{Known: true, Server: serverOf(f.pool[f.lastDead]), State: liveness.StandbyDead,
+		Why: "no handshake; its peer removed, tried again after its hold"}
 }
 
 func serverOf(s *config.Spec) engine.Server {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
+	"github.com/vpn-confinement/vpn-confinement/agent/liveness"
 	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -34,7 +35,7 @@ import (
 // StandbyKeepalive is the standby peer's persistent keepalive: often
 // enough that a session is renewed (at REKEY_AFTER_TIME, 120 s, on the
 // next send) before it could expire (REJECT_AFTER_TIME, 180 s).
-const StandbyKeepalive = 25 * time.Second
+const StandbyKeepalive = liveness.StandbyKeepalive
 
 type standby struct {
 	spec *config.Spec

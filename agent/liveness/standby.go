@@ -29,10 +29,17 @@ const (
 	// handshake: three REKEY_TIMEOUTs (the first initiation and two
 	// retries).
 	StandbyGrace = 3 * RekeyTimeout
-	// StandbyMaxAge: a session this old carries nothing
-	// (REJECT_AFTER_TIME); a live standby renews its session at
-	// REKEY_AFTER_TIME (120 s) plus at most one keepalive interval.
-	StandbyMaxAge = RejectAfterTime
+	// StandbyKeepalive is the standby peer's persistent keepalive: a
+	// keepalive sent on a session older than REKEY_AFTER_TIME starts a
+	// new handshake, so a live standby's session is renewed every 120 s
+	// plus at most one keepalive interval.
+	StandbyKeepalive = 25 * time.Second
+	// StandbyMaxAge: a live standby's handshake is never older than
+	// REKEY_AFTER_TIME + one keepalive interval + one REKEY_TIMEOUT (150
+	// s); older, its renewal went unanswered. (A server that dies with a
+	// young session is found at its renewal: WireGuard answers
+	// keepalives with nothing, so nothing else tells.)
+	StandbyMaxAge = RekeyAfterTime + StandbyKeepalive + RekeyTimeout
 	// StandbyHoldMin, StandbyHoldMax: a server found dead as a standby
 	// is not armed again for StandbyHoldMin, doubling each time it is
 	// found dead again, up to StandbyHoldMax; one warm standby resets it.
