@@ -283,17 +283,7 @@ func TestWarmSwitchRollback(t *testing.T) {
 			if err := e.SetStandby(context.Background(), inst, p[1]); err != nil {
 				t.Fatal(err)
 			}
-			op := step
-			switch step {
-			case "fw.apply":
-				op += " " + killSwitch("torrent")
-			case "links.configure":
-				op += " " + p[1].Interface
-			case "resolv.rewrite":
-				op += " 10.3.0.1"
-			case "files.state":
-				op += " torrent"
-			}
+			op := switchOp(step, p[1])
 			sw.fail[op] = errors.New("injected")
 			if err := e.Switch(context.Background(), inst, p[1]); err == nil {
 				t.Fatal("no error")
