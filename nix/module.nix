@@ -1071,6 +1071,41 @@ in
       '';
     };
 
+    prometheusRules = mkOption {
+      type = types.path;
+      readOnly = true;
+      default = "${cfg.package}/share/vpn-confinement/prometheus/alerts.yml";
+      defaultText = literalExpression ''"''${config.services.vpnConfinement.package}/share/vpn-confinement/prometheus/alerts.yml"'';
+      example = literalExpression "{ services.prometheus.ruleFiles = [ config.services.vpnConfinement.prometheusRules ]; }";
+      description = ''
+        Prometheus alerting rules for the agents' metrics (`metrics.listen`),
+        of the agent's own version: tunnel down, every server dead, the kill
+        switch dropping outbound traffic, the forwarded port lost, repeated
+        repairs and an agent not scraped. For {option}`services.prometheus.ruleFiles`;
+        they assume the agents are scraped by a job named `vpn-confinement`.
+      '';
+    };
+
+    grafanaDashboards = mkOption {
+      type = types.path;
+      readOnly = true;
+      default = "${cfg.package}/share/vpn-confinement/grafana";
+      defaultText = literalExpression ''"''${config.services.vpnConfinement.package}/share/vpn-confinement/grafana"'';
+      example = literalExpression ''
+        {
+          services.grafana.provision.dashboards.settings.providers = [
+            { name = "vpn-confinement"; options.path = config.services.vpnConfinement.grafanaDashboards; }
+          ];
+        }
+      '';
+      description = ''
+        A directory holding the Grafana dashboard of the agents' metrics
+        (`vpn-confinement.json`: a row per namespace, its Prometheus data
+        source chosen by a variable), for a dashboard provider's
+        `options.path` in {option}`services.grafana.provision.dashboards.settings.providers`.
+      '';
+    };
+
     namespaces = mkOption {
       type = types.attrsOf (types.submodule namespaceModule);
       default = { };

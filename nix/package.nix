@@ -23,10 +23,15 @@ buildGoModule {
   pname = program;
   inherit version;
 
-  # Only what the Go build reads (nix/source.nix says why).
+  # What the Go build reads (nix/source.nix says why), and the monitoring
+  # files the agent's package installs (postInstall).
   src = lib.fileset.toSource {
     root = ../.;
-    fileset = import ./source.nix { inherit lib; };
+    fileset = lib.fileset.unions [
+      (import ./source.nix { inherit lib; })
+      ../dist/prometheus/alerts.yml
+      ../dist/grafana/vpn-confinement.json
+    ];
   };
 
   vendorHash = "sha256-ZHx5JbPDzmMhn60aLVWGlyIjFQzhu926ZbiGZtOeGTw=";
@@ -39,6 +44,14 @@ buildGoModule {
   # where the bench looks for it (agent/bench/binaries_linux.go).
   postBuild = lib.optionalString (program == "vpn-bench") ''
     go build -o "$GOPATH/bin/vpn-bench-wireguard-go" golang.zx2c4.com/wireguard
+  '';
+
+  # The Prometheus alert rules and the Grafana dashboard of the agent's
+  # metrics, of this very version (services.vpnConfinement.prometheusRules
+  # and grafanaDashboards point here; docs/nixos.md#dashboard-and-alerts).
+  postInstall = lib.optionalString (program == "vpn-agent") ''
+    install -Dm444 dist/prometheus/alerts.yml "$out/share/vpn-confinement/prometheus/alerts.yml"
+    install -Dm444 dist/grafana/vpn-confinement.json "$out/share/vpn-confinement/grafana/vpn-confinement.json"
   '';
 
   # A static binary: the agent only talks netlink and reads files (the

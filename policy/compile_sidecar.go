@@ -31,6 +31,18 @@ type AgentSocket struct {
 	// from 1 to MaxCgroupLevel; ids are unique, so only the agent's own
 	// cgroup, at its real level, matches.
 	Level int
+	// Kernel says the tunnel is the kernel's WireGuard. Its packets carry
+	// no socket of the agent (skb->sk is NULL for handshakes and
+	// keepalives, and the inner packet's socket, the app's, for encrypted
+	// data: iptunnel_xmit keeps it), so the cgroup cannot tell them. They
+	// are matched by what only the kernel's socket sends: UDP from the
+	// device's listen port (that socket holds the port, so no other socket
+	// can send from it) carrying the device's fwmark (setting it takes
+	// CAP_NET_RAW or CAP_NET_ADMIN). A process with CAP_NET_RAW could
+	// write both into a raw socket's packets, as it can send anything by
+	// AF_PACKET, which nftables does not see, on either backend: the app
+	// must run without CAP_NET_RAW (docs/sidecar.md).
+	Kernel bool
 }
 
 // MaxCgroupLevel is the deepest cgroup the agent may run in when its level
@@ -81,6 +93,9 @@ func CompileSidecar(s *config.Spec, agent AgentSocket, endpoints []netip.AddrPor
 	if len(epAddrs) == 0 {
 		return nil, errors.New("sidecar kill switch: no WireGuard endpoint given")
 	}
+	if agent.Kernel && (s.ListenPort <= 0 || s.ListenPort > 65535 || s.DeviceMark() == 0) {
+		return nil, fmt.Errorf("sidecar kill switch: the kernel backend's packets are matched by the listen port and the fwmark, and the config gives port %d, mark %d", s.ListenPort, s.DeviceMark())
+	}
 	var clusterDNS []netip.Addr
 	if d := sc.ClusterDNS; d != nil {
 		clusterDNS = []netip.Addr{d.Server}
@@ -122,7 +137,7 @@ func CompileSidecar(s *config.Spec, agent AgentSocket, endpoints []netip.AddrPor
 		}),
 	}
 	out := outputChain(s)[1:] // out_tunnel, out_dns: as host mode
-	r.Chains = slices.Concat([]Chain{sidecarOutput(s)}, out, sidecarOutPod(s, agent.CgroupID, levels), []Chain{sidecarOutAgent(s)},
+	r.Chains = slices.Concat([]Chain{sidecarOutput(s)}, out, sidecarOutPod(s, agent, levels), []Chain{sidecarOutAgent(s)},
 		sidecarInput(s), []Chain{inTunnelChain(s), forwardChain()})
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("sidecar kill switch: %w", err)
@@ -198,8 +213,9 @@ func sidecarOutput(s *config.Spec) Chain {
 
 // sidecarOutPod is what may leave by the pod's interfaces. The agent's
 // packets are told from the app's by their socket's cgroup, one rule per
-// level the agent's cgroup may be at.
-func sidecarOutPod(s *config.Spec, id uint64, levels []uint32) []Chain {
+// level the agent's cgroup may be at; the kernel backend's by its listen
+// port and mark (AgentSocket.Kernel).
+func sidecarOutPod(s *config.Spec, agent AgentSocket, levels []uint32) []Chain {
 	rules := []Rule{
 		{
 			Exprs:   []Expr{NFProto{V6: true}, CounterRef{CounterOutIPv6}, Drop},
@@ -210,9 +226,16 @@ func sidecarOutPod(s *config.Spec, id uint64, levels []uint32) []Chain {
 			Comment: "replies to connections made to the pod (kubelet probes, metrics from allowedSubnets)",
 		},
 	}
+	if agent.Kernel {
+		rules = append(rules, Rule{
+			Exprs: []Expr{Mark{uint32(s.DeviceMark())}, Port{Proto: UDP, Src: true, Port: uint16(s.ListenPort)},
+				Addr{Set: "endpoints4"}, Port{Proto: UDP, Set: "wg_ports"}, Accept},
+			Comment: "kernel WireGuard's UDP to the endpoints: its mark, from its listen port (held by its socket: no app socket sends from it)",
+		})
+	}
 	for _, l := range levels {
 		rules = append(rules, Rule{
-			Exprs:   []Expr{SocketCgroup{Level: l, ID: id}, Goto{chainOutAgent}},
+			Exprs:   []Expr{SocketCgroup{Level: l, ID: agent.CgroupID}, Goto{chainOutAgent}},
 			Comment: fmt.Sprintf("the agent's own sockets (its cgroup, at level %d; an app cannot forge it as it can a mark): out_agent", l),
 		})
 	}

@@ -42,6 +42,40 @@ func TestGoldenSidecar(t *testing.T) {
 	// matched at every level.
 	unknown := policy.AgentSocket{CgroupID: 4242}
 	golden(t, "sidecar-level-unknown.nft", compileSidecar(t, sidecarSpec(), unknown).Render())
+	// The kernel backend: its packets by the tunnel's mark and port.
+	kernel := sidecarAgent
+	kernel.Kernel = true
+	s := sidecarSpec()
+	s.ListenPort = 51820
+	golden(t, "sidecar-kernel.nft", compileSidecar(t, s, kernel).Render())
+}
+
+// TestSidecarKernelMatch: with the kernel backend the only mark match is
+// the one rule that also requires the tunnel's listen port as source and
+// the endpoints as destination; without a listen port the table is not
+// compiled (it could not know the kernel's packets).
+func TestSidecarKernelMatch(t *testing.T) {
+	kernel := sidecarAgent
+	kernel.Kernel = true
+	s := sidecarSpec()
+	s.ListenPort, s.FwMark = 41000, 7
+	r := compileSidecar(t, s, kernel)
+	var marked []string
+	for _, c := range r.Chains {
+		for _, rule := range c.Rules {
+			if strings.Contains(rule.String(), "meta mark") {
+				marked = append(marked, c.Name+": "+rule.String())
+			}
+		}
+	}
+	want := "out_pod: meta mark 0x00000007 udp sport 41000 ip daddr @endpoints4 udp dport @wg_ports accept"
+	if len(marked) != 1 || !strings.HasPrefix(marked[0], want) {
+		t.Fatalf("mark rules %q, want one starting %q", marked, want)
+	}
+	s.ListenPort = 0
+	if _, err := policy.CompileSidecar(s, kernel, sidecarEndpoints); err == nil || !strings.Contains(err.Error(), "listen port") {
+		t.Fatalf("kernel backend without a listen port: %v", err)
+	}
 }
 
 // TestSidecarAgentMatch: the agent's packets are told apart by their

@@ -46,13 +46,18 @@ type Addr struct {
 	IP  netip.Addr // a single address
 }
 
-// Port matches a destination port against a named set or a single port
-// ("tcp dport @open_tcp", "udp dport 53").
+// Port matches a destination (or, with Src, source) port against a named
+// set or a single port ("tcp dport @open_tcp", "udp sport 51820").
 type Port struct {
 	Proto Proto
+	Src   bool
 	Set   string
 	Port  uint16
 }
+
+// Mark matches the packet's firewall mark ("meta mark 51820"). A mark alone
+// never identifies the agent: an app with CAP_NET_RAW may set SO_MARK.
+type Mark struct{ Value uint32 }
 
 // CtState is a set of conntrack states.
 type CtState uint32
@@ -134,6 +139,7 @@ func (NFProto) isExpr()          {}
 func (L4Proto) isExpr()          {}
 func (Addr) isExpr()             {}
 func (Port) isExpr()             {}
+func (Mark) isExpr()             {}
 func (CtStateMatch) isExpr()     {}
 func (CtStatusDNAT) isExpr()     {}
 func (CtDirectionReply) isExpr() {}
@@ -187,11 +193,17 @@ func (e Addr) String() string {
 }
 
 func (e Port) String() string {
-	if e.Set != "" {
-		return fmt.Sprintf("%s dport @%s", e.Proto, e.Set)
+	dir := "dport"
+	if e.Src {
+		dir = "sport"
 	}
-	return fmt.Sprintf("%s dport %d", e.Proto, e.Port)
+	if e.Set != "" {
+		return fmt.Sprintf("%s %s @%s", e.Proto, dir, e.Set)
+	}
+	return fmt.Sprintf("%s %s %d", e.Proto, dir, e.Port)
 }
+
+func (e Mark) String() string { return fmt.Sprintf("meta mark 0x%08x", e.Value) }
 
 // String lists the states in the order nft prints them.
 func (s CtState) String() string {

@@ -86,12 +86,21 @@ func (c *lowerCtx) lower(e Expr) ([]expr.Any, error) {
 		return append(out, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: e.IP.AsSlice()}), nil
 	case Port:
 		out := c.needL4(e.Proto)
-		out = append(out, &expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+		off := uint32(2)
+		if e.Src {
+			off = 0
+		}
+		out = append(out, &expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2})
 		if e.Set != "" {
 			l, err := c.lookup(e.Set)
 			return append(out, l), err
 		}
 		return append(out, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.BigEndian.PutUint16(e.Port)}), nil
+	case Mark:
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(e.Value)},
+		}, nil
 	case CtStateMatch:
 		return ctBits(expr.CtKeySTATE, uint32(e.States)), nil
 	case CtStatusDNAT:

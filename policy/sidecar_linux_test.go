@@ -61,6 +61,9 @@ func runProbe(spec string) error {
 	}
 	typ, proto := unix.SOCK_DGRAM, 0
 	switch kind {
+	case "udpwgport", "udpwgportdev":
+		// UDP from scListenPort, as the kernel's WireGuard socket
+		// sends ("dev": also bound to eth0, past the tunnel's table).
 	case "tcp":
 		typ = unix.SOCK_STREAM
 	case "raw":
@@ -71,12 +74,17 @@ func runProbe(spec string) error {
 		return err
 	}
 	defer unix.Close(fd)
-	if kind == "udpdev" {
+	if kind == "udpdev" || kind == "udpwgportdev" {
 		// Unprivileged since Linux 5.7: the socket's route lookup then
 		// takes only routes by eth0, so the tunnel's table is passed
 		// over without any mark.
 		if err := unix.BindToDevice(fd, "eth0"); err != nil {
 			return fmt.Errorf("SO_BINDTODEVICE: %w", err)
+		}
+	}
+	if strings.HasPrefix(kind, "udpwgport") {
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: scListenPort}); err != nil {
+			return fmt.Errorf("bind udp/%d: %w", scListenPort, err)
 		}
 	}
 	if mark != 0 {
@@ -126,7 +134,10 @@ const (
 	scEndpoint = "203.0.113.5:51820"
 	scDNS      = "10.96.0.10"
 	scMark     = 0x5ca1
-	scOther    = "10.99.0.1:9999" // a host in allowedSubnets
+	// scListenPort is the tunnel's listen port in the kernel backend's
+	// table (not the endpoint's port, so the two are told apart).
+	scListenPort = 41820
+	scOther      = "10.99.0.1:9999" // a host in allowedSubnets
 )
 
 // cgroup2Dir is where this machine mounts the cgroup v2 hierarchy.
@@ -382,6 +393,68 @@ func TestSidecarAgentCannotBeForged(t *testing.T) {
 	}
 	for i, p := range probes {
 		check(t, p, false, i)
+	}
+}
+
+// The kernel backend: its packets carry no socket of the agent, so the
+// table lets out UDP that carries the tunnel's mark AND leaves from the
+// tunnel's listen port (policy.AgentSocket.Kernel). The kernel's socket
+// holds that port, so no app socket can send from it (checked below:
+// a second bind fails; the VM tier checks it against real kernel
+// WireGuard). Here a socket of the test bound to the port stands in for
+// the kernel's; the app's other attempts stay refused, each with its
+// positive control without the table.
+func TestSidecarKernelTunnelPackets(t *testing.T) {
+	b := newSidecarBed(t)
+	b.spec.ListenPort = scListenPort
+	ep := b.listen(t, scEndpoint)
+	r := b.apply(t, policy.AgentSocket{CgroupID: b.agent.CgroupID, Level: b.agent.Level, Kernel: true})
+	if !strings.Contains(r.Render(), fmt.Sprintf("meta mark 0x%08x udp sport %d ip daddr @endpoints4 udp dport @wg_ports accept", scMark, scListenPort)) {
+		t.Fatalf("no kernel tunnel rule in:\n%s", r.Render())
+	}
+	type probe struct {
+		name        string
+		kind        string
+		mark        int
+		wantBlocked bool
+	}
+	probes := []probe{
+		{"from the listen port with the mark (the kernel socket's packets)", "udpwgport", scMark, false},
+		{"app udp with the mark from another port", "udp", scMark, true},
+		{"app udp from the listen port without the mark, bound to eth0", "udpwgportdev", 0, true},
+		{"app tcp with the mark", "tcp", scMark, true},
+	}
+	check := func(p probe, confined bool, n int) {
+		token := fmt.Sprintf("ktok-%d-%t-%d", n, confined, time.Now().UnixNano())
+		out := b.probe(t, b.appCg, p.kind, p.mark, scEndpoint, token)
+		passed := out == "sent"
+		if p.kind != "tcp" {
+			passed = ep.got(token)
+		}
+		if want := !(confined && p.wantBlocked); passed != want {
+			t.Errorf("%s (kill switch %t): got through %t, want %t (probe said %q)", p.name, confined, passed, want, out)
+		}
+	}
+	for i, p := range probes {
+		check(p, true, i)
+	}
+	// The port is held: while one socket has it, no other binds it.
+	inNS(t, b.pod, func() {
+		hold, err := net.ListenUDP("udp4", &net.UDPAddr{Port: scListenPort})
+		if err != nil {
+			t.Fatalf("bind the listen port: %v", err)
+		}
+		defer hold.Close()
+		if c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(scPod), Port: scListenPort}); err == nil {
+			c.Close()
+			t.Errorf("a second socket bound udp/%d while the first held it", scListenPort)
+		}
+	})
+	if err := policy.Remove(b.podPath, names.Table); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range probes {
+		check(p, false, i)
 	}
 }
 

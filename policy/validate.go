@@ -209,7 +209,7 @@ func (r *Rule) validate(sets map[string]SetType, counters map[string]bool, chain
 			if e.Level == 0 || e.Level > 255 || e.ID <= 1 {
 				return fmt.Errorf("%s: need a level 1-255 and a cgroup other than the root", e)
 			}
-		case NFProto, CtStateMatch, CtStatusDNAT, CtDirectionReply, FibDaddrLocal:
+		case NFProto, CtStateMatch, CtStatusDNAT, CtDirectionReply, FibDaddrLocal, Mark:
 		default:
 			return fmt.Errorf("unsupported expression %T", e)
 		}

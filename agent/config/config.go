@@ -279,7 +279,9 @@ type WireGuard struct {
 	// MTU of the tunnel interface, 576–9000 (default 1420; at least 1280
 	// when IPv6 is tunnelled).
 	MTU int `json:"mtu,omitempty"`
-	// ListenPort is WireGuard's UDP port on the host (default: random).
+	// ListenPort is WireGuard's UDP port on the host (default: random; in
+	// sidecar mode the pod's, default 51820: the kill switch lets the kernel
+	// backend's packets out by it).
 	ListenPort int `json:"listenPort,omitempty"`
 	// FwMark marks WireGuard's own UDP packets on the host (default: none).
 	FwMark int `json:"fwMark,omitempty"`

@@ -312,7 +312,6 @@ func TestBadInput(t *testing.T) {
 			hostLink(m)["portMappings"] = []any{map[string]any{"from": 51820, "to": 80, "protocol": "udp"}}
 		}},
 		{"sidecar with a host link", "hostLink.enable", func(m map[string]any) { sidecar(m); hostLink(m) }},
-		{"sidecar with the kernel backend", "backend", func(m map[string]any) { sidecar(m); m["backend"] = "kernel" }},
 		{"sidecar default route", "sidecar.allowedSubnets[1]", func(m map[string]any) {
 			sidecar(m)["allowedSubnets"] = []any{"10.42.0.0/16", "0.0.0.0/0"}
 		}},

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
 )
 
@@ -19,14 +20,10 @@ func resolveSidecar(c *Config, s *Spec) error {
 	if s.HostLink != nil {
 		return fieldErr("hostLink.enable", "remove hostLink: in sidecar mode the pod's own interface is the link, and sidecar.allowedSubnets says what it may reach", "a host link (veth) is not possible in sidecar mode")
 	}
-	if s.Backend == BackendKernel {
-		// The kernel's WireGuard sends its packets without its socket
-		// attached (skb->sk is NULL for handshakes and keepalives, and the
-		// app's own socket for encrypted data: iptunnel_xmit keeps the
-		// inner packet's owner), so no match on the sending socket can
-		// tell them from the app's. wireguard-go sends from the agent's
-		// own socket.
-		return fieldErr("backend", `use "userspace" (or "auto", which is userspace in sidecar mode)`, "the kernel backend's packets carry no socket of the agent, so the sidecar kill switch cannot tell them from the app's")
+	// The kill switch lets the kernel backend's packets out by the
+	// device's listen port, so it must be known before the tunnel exists.
+	if s.ListenPort == 0 {
+		s.ListenPort = names.SidecarListenPort
 	}
 	sc := &Sidecar{}
 	for i, a := range o.AllowedSubnets {
@@ -90,6 +87,18 @@ func resolveSidecar(c *Config, s *Spec) error {
 	}
 	s.Sidecar = sc
 	return nil
+}
+
+// DeviceMark is the firewall mark the WireGuard device puts on its own
+// packets: wireguard.fwMark, or in sidecar mode names.SidecarFwMark, which
+// the policy routing sends by the pod's routes (everything unmarked goes to
+// the tunnel's table) and the sidecar kill switch matches for the kernel
+// backend.
+func (s *Spec) DeviceMark() int {
+	if s.FwMark == 0 && s.Sidecar != nil {
+		return names.SidecarFwMark
+	}
+	return s.FwMark
 }
 
 func containedIn(ps []netip.Prefix, a netip.Addr) bool {

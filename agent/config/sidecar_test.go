@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 )
 
 func TestSidecarResolves(t *testing.T) {
@@ -17,6 +19,20 @@ func TestSidecarResolves(t *testing.T) {
 	if s.Sidecar == nil || len(s.Sidecar.AllowedSubnets) != 0 || s.Sidecar.ClusterDNS != nil {
 		t.Fatalf(`"sidecar": {} resolved to %+v`, s.Sidecar)
 	}
+	// The kill switch matches the kernel backend's packets by the listen
+	// port and the mark, so both are known before the tunnel exists.
+	if s.ListenPort != names.SidecarListenPort || s.DeviceMark() != names.SidecarFwMark {
+		t.Fatalf("sidecar mode: listen port %d, mark %d; want the defaults %d, %d", s.ListenPort, s.DeviceMark(), names.SidecarListenPort, names.SidecarFwMark)
+	}
+	m["backend"] = "kernel"
+	m["wireguard"].(map[string]any)["listenPort"] = 41000
+	m["wireguard"].(map[string]any)["fwMark"] = 7
+	if s, err = resolveJSON(t, m); err != nil || s.Backend != BackendKernel || s.ListenPort != 41000 || s.DeviceMark() != 7 {
+		t.Fatalf("sidecar with the kernel backend, port and mark set: %v, backend %q port %d mark %d", err, s.Backend, s.ListenPort, s.DeviceMark())
+	}
+	delete(m, "backend")
+	delete(m["wireguard"].(map[string]any), "listenPort")
+	delete(m["wireguard"].(map[string]any), "fwMark")
 
 	m["sidecar"] = map[string]any{
 		"allowedSubnets": []any{"10.42.0.0/16", "10.43.0.0/16", "192.168.1.7"},

@@ -234,6 +234,9 @@ func reload(ctx context.Context, eng *engine.Engine, inst *engine.Instance, load
 		p.mon.ready(inst, readingOf(eng, inst))
 		if p.mon != nil {
 			p.mon.seen = live.Snapshot() // counted by the metrics before
+			if st := p.mon.seen.Recovery; st != "" {
+				p.mon.m.Recovering(st)
+			}
 		}
 	}
 	if slices.Contains(changed, "portForwarding") {

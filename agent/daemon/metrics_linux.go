@@ -109,10 +109,13 @@ func (mo *monitor) commit(c *monitorChange, log *slog.Logger) *monitor {
 }
 
 // ready marks the namespace up and publishes its first inspection, its
-// peers from dev.
+// peers from dev, and the recovery state of a namespace just up: healthy
+// (liveness.Recovery's first state), until the failover loop's first
+// reading (a reload publishes the running loop's state after it).
 func (mo *monitor) ready(inst *engine.Instance, dev health.DeviceReader) {
 	if mo != nil {
 		mo.observe(inst, nil, dev)
+		mo.m.Recovering(liveness.Healthy)
 		mo.m.Ready()
 	}
 }
@@ -152,7 +155,8 @@ func (mo *monitor) repaired(rep *health.Report, ok bool) {
 }
 
 // liveness hands the failover loop's new counts to metrics: a failover
-// (which also names the new active server) and probe failures.
+// (which also names the new active server) and probe failures, and its
+// state.
 func (mo *monitor) liveness(l *Liveness) {
 	if mo == nil || l == nil {
 		return
@@ -164,6 +168,7 @@ func (mo *monitor) liveness(l *Liveness) {
 	for i := mo.seen.ProbeFailures; i < now.ProbeFailures; i++ {
 		mo.m.ProbeFailed()
 	}
+	mo.m.Recovering(now.Recovery)
 	if now.Pool > 1 {
 		sb := &metrics.Standby{Server: -1, Warm: now.Standby.State == liveness.StandbyWarm, MovesBack: now.MovesBack}
 		if now.Standby.Known {

@@ -98,7 +98,7 @@ func (e *Engine) log() *slog.Logger {
 // kernel's WireGuard sends without the agent's socket, which is what the
 // sidecar kill switch recognises the agent's packets by.
 func (e *Engine) Backend(s *config.Spec) (config.Backend, error) {
-	if s.Backend == config.BackendUserspace || s.Sidecar != nil {
+	if s.Backend == config.BackendUserspace {
 		return config.BackendUserspace, nil
 	}
 	e.kernelOnce.Do(func() {

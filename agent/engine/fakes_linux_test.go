@@ -26,6 +26,7 @@ import (
 type world struct {
 	ns         map[string]bool // namespaces
 	tables     map[string]bool // nsPath + " " + table
+	lastRules  *policy.Ruleset // the last ruleset Apply loaded
 	tunnels    map[string]bool // namespace/interface
 	configured map[string]bool // tunnels that carry traffic (addresses, up, routes)
 	hostLinks  map[string]bool
@@ -180,6 +181,7 @@ func (f fakeFirewall) Create(r *policy.Ruleset, nsPath string) error {
 	return nil
 }
 func (f fakeFirewall) Apply(r *policy.Ruleset, nsPath string) error {
+	f.lastRules = r
 	return f.set("fw.apply "+nsPath+" "+r.Name, f.tables, nsPath+" "+r.Name)
 }
 func (f fakeFirewall) SetForwarded(nsPath, table string, fwd policy.Forwarded) error {

@@ -15,9 +15,10 @@ import (
 // sidecarVariant confines the namespace the agent runs in (see variant).
 //
 // Up: the kill switch (CompileSidecar: the pod's interfaces let out only
-// the agent's own sockets, by cgroup, to the pool's endpoints, plus
-// allowedSubnets), then the tunnel in this namespace (kernel, or userspace
-// with /dev/net/tun; its UDP socket here too, marked), then the policy
+// the agent's own sockets, by cgroup, and the kernel tunnel's packets, by
+// its port and mark, to the pool's endpoints, plus allowedSubnets), then
+// the tunnel in this namespace (kernel when the module is there, else
+// userspace with /dev/net/tun; its UDP socket here too, marked), then the policy
 // routing (names.Sidecar*), then the state file. Each converges over what
 // an earlier, crashed agent left: the table is replaced atomically, a
 // kernel link adopted, rules and table routes found and kept or replaced.
@@ -89,6 +90,9 @@ func (v *sidecarVariant) build(ctx context.Context, e *Engine, inst *Instance) (
 	j := &journal{log: log}
 	defer j.rollbackOn(&err)
 	inst.Adopted = true // the namespace is the one the agent was started in
+	// The kernel's packets carry no socket of the agent: the kill switch
+	// knows them by the device's port and mark (policy.AgentSocket).
+	v.agent.Kernel = inst.Backend == config.BackendKernel
 	// The kill switch first, before the tunnel or a route can carry
 	// anything; replaced atomically, never removed, also on rollback.
 	if err := applyPolicy(sys.fw, v, s, policy.Forwarded{}, false); err != nil {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
+	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
 // sidecarSpec is the test namespace in sidecar mode: the namespace it
@@ -18,13 +20,23 @@ func sidecarSpec(w *world) *config.Spec {
 	s := testSpec(false)
 	s.Name, s.Interface, s.Backend = "pod", names.Tunnel("pod"), config.BackendAuto
 	s.Sidecar = &config.Sidecar{}
+	s.ListenPort = names.SidecarListenPort // as config resolves it in sidecar mode
 	w.ns[s.Name] = true
 	return s
 }
 
+// kernelRule says whether r lets out packets by the tunnel's mark and
+// listen port (the kernel backend's, policy.AgentSocket.Kernel).
+func kernelRule(r *policy.Ruleset, s *config.Spec) bool {
+	want := fmt.Sprintf("meta mark 0x%08x udp sport %d ", s.DeviceMark(), s.ListenPort)
+	return strings.Contains(r.Render(), want)
+}
+
 // Issue 23: in sidecar mode Up makes no namespace and no resolver files;
 // the kill switch is loaded in the agent's own namespace before the tunnel
-// and its routing; the backend is userspace; the state file says sidecar.
+// and its routing; the backend is the kernel when it has WireGuard (the
+// fake's), and the kill switch then knows the kernel's packets by the
+// tunnel's mark and port; the state file says sidecar.
 // A stop removes the routing, the tunnel and the state, and leaves the
 // kill switch (the fake firewall reports any removal of it).
 func TestSidecarUpAndStopKeepTheKillSwitch(t *testing.T) {
@@ -48,8 +60,11 @@ func TestSidecarUpAndStopKeepTheKillSwitch(t *testing.T) {
 	if slices.Contains(order, -1) || !slices.IsSorted(order) {
 		t.Errorf("want kill switch, tunnel, routing, state in that order: %v", w.calls)
 	}
-	if inst.Backend != config.BackendUserspace || w.lastState.Mode != ModeSidecar {
-		t.Errorf("backend %s, state mode %q: want userspace, %q", inst.Backend, w.lastState.Mode, ModeSidecar)
+	if inst.Backend != config.BackendKernel || w.lastState.Mode != ModeSidecar {
+		t.Errorf("backend %s, state mode %q: want kernel, %q", inst.Backend, w.lastState.Mode, ModeSidecar)
+	}
+	if !kernelRule(w.lastRules, s) {
+		t.Errorf("kernel backend: the kill switch does not let out the tunnel's marked packets from its port:\n%s", w.lastRules.Render())
 	}
 	if err := e.Teardown(inst); err != nil {
 		t.Fatal(err)
@@ -62,6 +77,23 @@ func TestSidecarUpAndStopKeepTheKillSwitch(t *testing.T) {
 	}
 	if len(w.violations) > 0 {
 		t.Errorf("violations: %v", w.violations)
+	}
+}
+
+// With the userspace backend the kill switch has no mark-and-port rule:
+// the agent's own socket is known by its cgroup.
+func TestSidecarUserspaceHasNoPortRule(t *testing.T) {
+	w := newWorld()
+	e := w.engine()
+	s := sidecarSpec(w)
+	s.Backend = config.BackendUserspace
+	inst, err := e.Up(context.Background(), s, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Teardown(inst)
+	if inst.Backend != config.BackendUserspace || kernelRule(w.lastRules, s) || strings.Contains(w.lastRules.Render(), "meta mark") {
+		t.Errorf("userspace backend %s: the kill switch matches a mark:\n%s", inst.Backend, w.lastRules.Render())
 	}
 }
 

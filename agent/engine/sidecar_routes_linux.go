@@ -10,7 +10,6 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
-	"github.com/vpn-confinement/vpn-confinement/agent/wireguard"
 	"golang.org/x/sys/unix"
 )
 
@@ -93,7 +92,7 @@ func sidecarRouting(h *netlink.Handle, link netlink.Link, s *config.Spec) error 
 		if err := syncTableRoutes(h, fam, d); err != nil {
 			return err
 		}
-		if err := syncRules(h, fam, sidecarRules(fam, wireguard.DeviceMark(s))); err != nil {
+		if err := syncRules(h, fam, sidecarRules(fam, s.DeviceMark())); err != nil {
 			return err
 		}
 	}

@@ -30,6 +30,8 @@ var (
 		"Failovers from one server of the pool to another.")
 	descServer = desc("server_info",
 		"The active server: its wg-quick config file (empty for structured options) and peer endpoint(s); value 1.", "config_file", "endpoint")
+	descRecovery = desc("recovery_state",
+		"The failover loop's state: 1 for the current one of healthy, retrying, failing_over and every_server_dead (the pool tried in full; the namespace stays closed), 0 for the others (absent before the first check).", "state")
 	descProbe = desc("probe_failures_total",
 		"Failed health probes through the tunnel.")
 	descStandbyServer = desc("standby_server",
@@ -56,7 +58,7 @@ var (
 type collector struct{ m *Metrics }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descHandshake, descRx, descTx, descKill, descRepairs, descFailovers, descServer, descProbe,
+	for _, d := range []*prometheus.Desc{descUp, descHandshake, descRx, descTx, descKill, descRepairs, descFailovers, descServer, descRecovery, descProbe,
 		descStandbyServer, descStandbyWarm, descStandbyHandshake, descMovesBack, descFwdPort, descFwdAnswering, descFwdRequests, descFwdFailures, descFwdPending} {
 		ch <- d
 	}
@@ -119,6 +121,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descFailovers, float64(m.failovers.Load()))
 	counter(descProbe, float64(m.probeFails.Load()))
+	if s.Recovery != "" {
+		for _, r := range recoveryStates {
+			v := 0.0
+			if r.state == s.Recovery {
+				v = 1
+			}
+			gauge(descRecovery, v, r.label)
+		}
+	}
 	if sb := s.Standby; sb != nil {
 		warm := 0.0
 		if sb.Warm {

@@ -1,6 +1,9 @@
 package metrics
 
-import "github.com/vpn-confinement/vpn-confinement/agent/health"
+import (
+	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/liveness"
+)
 
 // numKinds bounds the health.Kind values counted (repairable ones are
 // all below it).
@@ -23,4 +26,17 @@ var kindNames = map[health.Kind]string{
 func repairable(k health.Kind) bool {
 	_, ok := kindNames[k]
 	return ok && int(k) >= 0 && int(k) < numKinds
+}
+
+// recoveryStates are the recovery_state state label values, one per
+// liveness.State, in the order the series are exposed. Spaces become
+// underscores: the values name states, they are not prose.
+var recoveryStates = []struct {
+	state liveness.State
+	label string
+}{
+	{liveness.Healthy, "healthy"},
+	{liveness.Retrying, "retrying"},
+	{liveness.FailingOver, "failing_over"},
+	{liveness.AllDead, "every_server_dead"},
 }

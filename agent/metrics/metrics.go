@@ -3,12 +3,12 @@
 //
 // The daemon feeds it: Publish after each health inspection (a snapshot
 // that every scrape and /healthz read whole, so values are consistent),
-// Ready once the namespace is up, and the event counters (Repaired,
-// FailedOver, ProbeFailed), which live here as atomic counters because no
-// report carries them. Nothing here reads the namespace itself, and no
-// key is ever exposed: the snapshot holds a health.Report (which has
-// none) and, of the config, the namespace name, config file paths and
-// peer endpoints only.
+// Ready once the namespace is up, the failover loop's state (Recovering)
+// and the event counters (Repaired, FailedOver, ProbeFailed), which live
+// here as atomic counters because no report carries them. Nothing here
+// reads the namespace itself, and no key is ever exposed: the snapshot
+// holds a health.Report (which has none) and, of the config, the
+// namespace name, config file paths and peer endpoints only.
 package metrics
 
 import (
@@ -19,6 +19,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/liveness"
 	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
 
@@ -28,6 +29,8 @@ type Snapshot struct {
 	At     time.Time      // when it was published
 	Ready  bool           // the namespace is up
 	Server int            // the active server: its index in the pool
+	// Recovery is the failover loop's state ("": not known yet).
+	Recovery liveness.State
 	// PortForward is the port forwarding's latest status (nil: off).
 	PortForward *portforward.Status
 	// Standby is the warm standby (issue 25); nil in a pool of one.
@@ -138,6 +141,14 @@ func (m *Metrics) FailedOver(to int) {
 	}
 	m.failovers.Add(1)
 	m.update(func(s *Snapshot) { s.Server = to })
+}
+
+// Recovering publishes the failover loop's state.
+func (m *Metrics) Recovering(st liveness.State) {
+	if m == nil || m.Snapshot().Recovery == st {
+		return
+	}
+	m.update(func(s *Snapshot) { s.Recovery = st })
 }
 
 // ProbeFailed counts a failed health probe through the tunnel.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/liveness"
 	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 )
 
@@ -279,4 +280,48 @@ func TestStandbyMetrics(t *testing.T) {
 		`vpn_confinement_standby_server{namespace="proton"} 1`,
 		`vpn_confinement_standby_warm{namespace="proton"} 1`,
 		`vpn_confinement_moves_back_total{namespace="proton"} 2`)
+}
+
+// The failover loop's state is a state set: absent before the loop says
+// anything, then one series per state, 1 for the current one.
+func TestRecoveryState(t *testing.T) {
+	s, _ := fakeSpec(t)
+	m := New(s)
+	c := collector{m}
+	if n := testutil.CollectAndCount(c, "vpn_confinement_recovery_state"); n != 0 {
+		t.Fatalf("%d recovery_state series before the first state", n)
+	}
+	m.Recovering(liveness.Healthy)
+	m.Recovering(liveness.AllDead)
+	want := `
+# HELP vpn_confinement_recovery_state The failover loop's state: 1 for the current one of healthy, retrying, failing_over and every_server_dead (the pool tried in full; the namespace stays closed), 0 for the others (absent before the first check).
+# TYPE vpn_confinement_recovery_state gauge
+vpn_confinement_recovery_state{namespace="proton",state="every_server_dead"} 1
+vpn_confinement_recovery_state{namespace="proton",state="failing_over"} 0
+vpn_confinement_recovery_state{namespace="proton",state="healthy"} 0
+vpn_confinement_recovery_state{namespace="proton",state="retrying"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "vpn_confinement_recovery_state"); err != nil {
+		t.Error(err)
+	}
+	// Every state the failover loop has is one of the series, the only
+	// one at 1.
+	for st, label := range map[liveness.State]string{liveness.Healthy: "healthy", liveness.Retrying: "retrying",
+		liveness.FailingOver: "failing_over", liveness.AllDead: "every_server_dead"} {
+		m.Recovering(st)
+		text := exposition(t, m)
+		hasLines(t, text, `vpn_confinement_recovery_state{namespace="proton",state="`+label+`"} 1`)
+		var series, set int
+		for _, l := range strings.Split(text, "\n") {
+			if strings.HasPrefix(l, "vpn_confinement_recovery_state{") {
+				series++
+				if strings.HasSuffix(l, " 1") {
+					set++
+				}
+			}
+		}
+		if series != 4 || set != 1 {
+			t.Errorf("%q: %d recovery_state series, %d of them 1; want 4 and 1", st, series, set)
+		}
+	}
 }

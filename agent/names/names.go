@@ -48,6 +48,11 @@ const (
 	SidecarTable        = 51820
 	SidecarFwMark       = 51820
 	SidecarRulePriority = 32760
+	// SidecarListenPort is the tunnel's UDP port in sidecar mode unless
+	// wireguard.listenPort is set: the sidecar kill switch matches the
+	// kernel backend's packets by it (with the mark), so it is fixed
+	// before the tunnel exists.
+	SidecarListenPort = 51820
 	// SidecarDNS is where the agent's DNS forwarder listens in the pod.
 	SidecarDNS = "127.0.0.1:53"
 )

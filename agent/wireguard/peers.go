@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
-	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/wgquick"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -20,7 +19,7 @@ import (
 func DeviceConfig(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
 	key := s.PrivateKey
 	port := s.ListenPort
-	mark := DeviceMark(s)
+	mark := s.DeviceMark()
 	cfg := wgtypes.Config{PrivateKey: &key, ListenPort: &port, FirewallMark: &mark, ReplacePeers: true}
 	for i, p := range s.Peers {
 		ep, err := ResolveEndpointWith(ctx, s.EndpointResolver, p.Endpoint)
@@ -30,17 +29,6 @@ func DeviceConfig(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
 		cfg.Peers = append(cfg.Peers, PeerConfig(p, ep))
 	}
 	return cfg, nil
-}
-
-// DeviceMark is the firewall mark the device puts on its own packets:
-// wireguard.fwMark, or in sidecar mode names.SidecarFwMark, which the
-// policy routing sends by the pod's routes (everything unmarked goes to the
-// tunnel's table).
-func DeviceMark(s *config.Spec) int {
-	if s.FwMark == 0 && s.Sidecar != nil {
-		return names.SidecarFwMark
-	}
-	return s.FwMark
 }
 
 // ResolveEndpoint turns host:port into a UDP address. Names are resolved

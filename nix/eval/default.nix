@@ -1118,6 +1118,29 @@ let
       "podman-qbit.service"
     ];
 
+  # The Prometheus rules and the Grafana dashboard: read-only paths into
+  # the agent's package, where nix/package.nix installs them from dist/.
+  monitoringChecks =
+    let
+      vc = example.services.vpnConfinement;
+      share = "${pkgs.vpn-agent}/share/vpn-confinement";
+      set =
+        opt:
+        (builtins.tryEval (
+          builtins.deepSeq (eval (withBase { services.vpnConfinement.${opt} = "/etc/mine"; })).services.vpnConfinement.${opt} true
+        )).success;
+      check = what: got: want: lib.optional (got != want) "monitoring: ${what}: got ${builtins.toJSON got}, want ${builtins.toJSON want}";
+      installs = file: lib.hasInfix "dist/${file} \"$out/share/vpn-confinement/${file}\"" (builtins.readFile ../package.nix);
+    in
+    check "prometheusRules" vc.prometheusRules "${share}/prometheus/alerts.yml"
+    ++ check "grafanaDashboards" vc.grafanaDashboards "${share}/grafana"
+    ++ check "prometheusRules can be set" (set "prometheusRules") false
+    ++ check "grafanaDashboards can be set" (set "grafanaDashboards") false
+    ++ check "package.nix installs prometheus/alerts.yml" (installs "prometheus/alerts.yml") true
+    ++ check "package.nix installs grafana/vpn-confinement.json" (installs "grafana/vpn-confinement.json") true
+    ++ check "dist/prometheus/alerts.yml exists" (builtins.pathExists ../../dist/prometheus/alerts.yml) true
+    ++ check "dist/grafana/vpn-confinement.json exists" (builtins.pathExists ../../dist/grafana/vpn-confinement.json) true;
+
   kernelChecks =
     let
       cfg = eval (withBase { services.vpnConfinement.namespaces.vpn.backend = "kernel"; });
@@ -1150,6 +1173,7 @@ in
     ++ nscdChecks
     ++ socketChecks
     ++ kernelChecks
+    ++ monitoringChecks
     ++ podmanChecks
     ++ newOptionChecks
     ++ portForwardingChecks

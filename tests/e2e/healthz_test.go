@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -94,6 +95,20 @@ func TestHealthzAgreesWithStatus(t *testing.T) {
 		}, http.StatusOK, "ok")
 		s.ProvB.Kill()
 		s.agree(t, "every server dead", 1, recovery("every server dead"), http.StatusServiceUnavailable, "every server of the pool is dead")
+		// The metric the alert VpnConfinementEveryServerDead fires on
+		// (dist/prometheus/alerts.yml) says so too.
+		want := fmt.Sprintf("\nvpn_confinement_recovery_state{namespace=%q,state=\"every_server_dead\"} 1\n", s.name)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, text := httpGet(t, s.client, "http://agent/metrics")
+			if strings.Contains(text, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("every server dead, but /metrics lacks %q:\n%s", strings.TrimSpace(want), text)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
 	})
 	t.Run("idle", func(t *testing.T) {
 		t.Parallel()

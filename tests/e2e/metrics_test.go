@@ -115,6 +115,7 @@ func TestAgentMetrics(t *testing.T) {
 		fmt.Sprintf("vpn_confinement_up{namespace=%q} 1\n", c.name),
 		"vpn_confinement_killswitch_packets_total{counter=",
 		"vpn_confinement_tunnel_receive_bytes_total{",
+		fmt.Sprintf("vpn_confinement_recovery_state{namespace=%q,state=\"healthy\"} 1\n", c.name),
 		fmt.Sprintf("vpn_confinement_server_info{config_file=\"\",endpoint=%q,namespace=%q} 1\n", c.cfg.WireGuard.Peers[0].Endpoint, c.name),
 	} {
 		if code != 200 || !strings.Contains(text, want) {
@@ -181,17 +182,31 @@ func TestAgentMetrics(t *testing.T) {
 		t.Errorf("the kill-switch repair is not counted:\n%s", text)
 	}
 
-	// A real Prometheus server scrapes the agent.
+	// A real Prometheus server scrapes the agent, as the job the shipped
+	// alert rules expect, with those rules loaded (when the source tree is
+	// there: not in the VM tier's prebuilt test binary).
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "prometheus.yml")
+	rules, alerts := "", 0
+	if root, err := moduleRoot(); err == nil {
+		f := filepath.Join(root, "dist", "prometheus", "alerts.yml")
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alerts = strings.Count(string(b), "\n      - alert: ")
+		rules = fmt.Sprintf("rule_files: [%q]\n", f)
+	} else {
+		t.Logf("the alert rules are not loaded: %v", err)
+	}
 	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
-scrape_configs:
-  - job_name: vpn-agent
+%sscrape_configs:
+  - job_name: vpn-confinement
     static_configs:
       - targets: [%q]
-`, metricsAddr)), 0o600); err != nil {
+`, rules, metricsAddr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
@@ -206,38 +221,107 @@ scrape_configs:
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	q := "http://" + promAddr + "/api/v1/query?query=" + url.QueryEscape("vpn_confinement_up")
 	deadline = time.Now().Add(60 * time.Second)
 	for {
-		var last string
-		if resp, err := hc.Get(q); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			last = string(b)
-			var r struct {
-				Status string `json:"status"`
-				Data   struct {
-					Result []struct {
-						Metric map[string]string `json:"metric"`
-						Value  [2]any            `json:"value"`
-					} `json:"result"`
-				} `json:"data"`
+		var r struct {
+			Data struct {
+				Result []struct {
+					Metric map[string]string `json:"metric"`
+					Value  [2]any            `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		last, ok := promAPI(hc, "/api/v1/query?query="+url.QueryEscape("vpn_confinement_up"), &r)
+		if ok && len(r.Data.Result) > 0 {
+			res := r.Data.Result[0]
+			if res.Metric["namespace"] != c.name || res.Value[1] != "1" || len(r.Data.Result) != 1 {
+				t.Fatalf("Prometheus answers %s, want vpn_confinement_up{namespace=%q} 1", last, c.name)
 			}
-			if json.Unmarshal(b, &r) == nil && r.Status == "success" && len(r.Data.Result) > 0 {
-				res := r.Data.Result[0]
-				if res.Metric["namespace"] != c.name || res.Value[1] != "1" || len(r.Data.Result) != 1 {
-					t.Fatalf("Prometheus answers %s, want vpn_confinement_up{namespace=%q} 1", b, c.name)
-				}
-				t.Logf("Prometheus: %s", b)
-				break
-			}
-		} else {
-			last = err.Error()
+			t.Logf("Prometheus: %s", last)
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("Prometheus has no vpn_confinement_up after 60s; last answer %s\nprometheus output:\n%s", last, out.String())
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+	if alerts > 0 {
+		promRulesEvaluate(t, hc, alerts, &out)
+	}
+}
+
+// promAPI GETs path of the Prometheus API (at promAddr) into v. It
+// returns the answer (or the error) as text, and whether v holds an
+// answer of status "success".
+func promAPI(hc *http.Client, path string, v any) (string, bool) {
+	resp, err := hc.Get("http://" + promAddr + path)
+	if err != nil {
+		return err.Error(), false
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var st struct {
+		Status string `json:"status"`
+	}
+	return string(b), json.Unmarshal(b, &st) == nil && st.Status == "success" && json.Unmarshal(b, v) == nil
+}
+
+// promRulesEvaluate waits until Prometheus has evaluated the shipped
+// alert rules (want of them) over the agent's series with neither agent
+// alert pending or firing (so the job it scrapes is the one the rules
+// select: else VpnConfinementAgentAbsent stays pending), then checks
+// every rule's health is "ok".
+func promRulesEvaluate(t *testing.T, hc *http.Client, want int, out fmt.Stringer) {
+	t.Helper()
+	type rule struct {
+		Name           string `json:"name"`
+		Health         string `json:"health"`
+		State          string `json:"state"`
+		LastError      string `json:"lastError"`
+		LastEvaluation string `json:"lastEvaluation"`
+	}
+	var last string
+	deadline := time.Now().Add(30 * time.Second)
+	for ; ; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus has not evaluated %d alert rules in good health within 30s; last answer %s\nprometheus output:\n%s", want, last, out)
+		}
+		var r struct {
+			Data struct {
+				Groups []struct {
+					Rules []rule `json:"rules"`
+				} `json:"groups"`
+			} `json:"data"`
+		}
+		var ok bool
+		if last, ok = promAPI(hc, "/api/v1/rules?type=alert", &r); !ok {
+			continue
+		}
+		var rs []rule
+		for _, g := range r.Data.Groups {
+			rs = append(rs, g.Rules...)
+		}
+		// Evaluated, and after the first scrape (before it, the agent
+		// alerts may be pending: no up series yet).
+		settled := len(rs) == want
+		for _, x := range rs {
+			if x.LastEvaluation == "" || strings.HasPrefix(x.LastEvaluation, "0001-") || x.Health == "unknown" {
+				settled = false
+			}
+			if (x.Name == "VpnConfinementAgentDown" || x.Name == "VpnConfinementAgentAbsent") && x.State != "inactive" {
+				settled = false
+			}
+		}
+		if !settled {
+			continue
+		}
+		for _, x := range rs {
+			if x.Health != "ok" || x.LastError != "" {
+				t.Errorf("alert rule %s: health %q, error %q", x.Name, x.Health, x.LastError)
+			}
+		}
+		t.Logf("Prometheus evaluated %d alert rules, all in good health", len(rs))
+		return
 	}
 }
 

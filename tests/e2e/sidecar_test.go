@@ -153,7 +153,9 @@ func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 		must(t, provider.WriteConfig(tp.Provider.Config, tp.PoolProviderConfig(tp.Provider.Log)))
 		must(t, tp.Provider.Start())
 	}
-	s.path, _ = tp.AgentConfig(t, harness.AgentOptions{IPv6: "block", Edit: func(c *config.Config) {
+	// The backend the suite runs on (kernel WireGuard in the VM tier,
+	// userspace where the kernel has no module).
+	s.path, _ = tp.AgentConfig(t, harness.AgentOptions{IPv6: "block", Backend: e2eBackend(), Edit: func(c *config.Config) {
 		if o.pool {
 			poolConfig(c, files)
 		}

@@ -28,8 +28,9 @@ type Process struct {
 	stderr bytes.Buffer
 }
 
-// readyTimeout bounds how long a start may take to log EvReady.
-const readyTimeout = 10 * time.Second
+// readyTimeout bounds how long a start may take to log EvReady (generous:
+// a TCG guest on a loaded machine once needed more than 10 s).
+const readyTimeout = 30 * time.Second
 
 // Start starts the process and waits until it logs that it is ready.
 func (p *Process) Start() error {
