@@ -137,6 +137,20 @@ func printReport(w io.Writer, r *status.Report) {
 			line += ": " + r.Tunnel.Cause
 		}
 		fmt.Fprintf(w, "  tunnel:     %s\n", line)
+		if sb := r.Tunnel.Standby; sb != nil {
+			line := sb.State
+			if sb.Index >= 0 && r.Server != nil {
+				line = fmt.Sprintf("%d of %d", sb.Index+1, r.Server.Pool)
+				if sb.ConfigFile != "" {
+					line += ", " + sb.ConfigFile
+				}
+				line += fmt.Sprintf(", endpoint %s, %s", sb.Endpoint, sb.State)
+			}
+			if sb.Why != "" {
+				line += ": " + sb.Why
+			}
+			fmt.Fprintf(w, "  standby:    %s\n", line)
+		}
 	}
 	if pf := r.PortForward; pf != nil {
 		port := "none"
@@ -167,7 +181,11 @@ func printReport(w io.Writer, r *status.Report) {
 		if p.Idle {
 			hs += " (idle: nothing sent since)"
 		}
-		fmt.Fprintf(w, "  peer:       %s, handshake %s, rx %d B, tx %d B\n", p.Endpoint, hs, p.RxBytes, p.TxBytes)
+		role := "peer:      "
+		if p.Standby {
+			role = "standby peer:"
+		}
+		fmt.Fprintf(w, "  %s %s, handshake %s, rx %d B, tx %d B\n", role, p.Endpoint, hs, p.RxBytes, p.TxBytes)
 	}
 	pol := "NOT loaded"
 	if r.Policy.Loaded {

@@ -171,9 +171,16 @@ func TestReloadClassifiesEveryConfigField(t *testing.T) {
 			after: func(c *config.Config) { c.HostLink.AllowedEgress[0].Protocol = "both" }, refused: []string{"hostLink"}},
 		"hostLink.allowedEgress[].ports": {before: withEgress,
 			after: func(c *config.Config) { c.HostLink.AllowedEgress[0].Ports = []int{445, 139} }, refused: []string{"hostLink"}},
-		"health.probe.address":          {after: func(c *config.Config) { c.Health.Probe.Address = "10.2.0.1" }, live: []string{"health"}},
-		"health.probe.interval":         {after: func(c *config.Config) { c.Health.Probe.Interval = "5s" }, live: []string{"health"}},
-		"health.probe.failures":         {after: func(c *config.Config) { c.Health.Probe.Failures = 1 }, live: []string{"health"}},
+		"health.probe.address":  {after: func(c *config.Config) { c.Health.Probe.Address = "10.2.0.1" }, live: []string{"health"}},
+		"health.probe.interval": {after: func(c *config.Config) { c.Health.Probe.Interval = "5s" }, live: []string{"health"}},
+		"health.probe.failures": {after: func(c *config.Config) { c.Health.Probe.Failures = 1 }, live: []string{"health"}},
+		"health.fast": {after: func(c *config.Config) {
+			c.Health.Fast = true
+			if c.Health.Probe != nil {
+				c.Health.Probe.Interval, c.Health.Probe.Failures = "", 0
+			}
+		}, live: []string{"health"}},
+		"health.preferFirst":            {after: func(c *config.Config) { c.Health.PreferFirst = new(bool) }, live: []string{"health"}},
 		"metrics.listen":                {after: func(c *config.Config) { c.Metrics.Listen = "127.0.0.1:9587" }, live: []string{"metrics"}},
 		"portForwarding.natpmp.gateway": {after: func(c *config.Config) { pf(c).NATPMP.Gateway = "10.2.0.5" }, live: []string{"portForwarding"}},
 		"portForwarding.natpmp.style":   {after: func(c *config.Config) { pf(c).NATPMP.Style = "rfc"; pf(c).NATPMP.InternalPort = 51413 }, live: []string{"portForwarding"}},

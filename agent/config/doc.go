@@ -202,7 +202,36 @@
 // not trust); a server whose endpoints span several addresses and ports,
 // which are pinned as two sets (any pinned address with any pinned port).
 // It never opens anything: the kill switch inside the namespace is the
-// same with or without it.
+// same with or without it. It keeps no warm standby (below): the standby
+// peer sends to the next server's endpoint, which the pin does not allow.
+//
+// # Warm standby
+//
+// With a pool whose servers share the client's private key, tunnel
+// addresses, MTU, listen port and fwmark (one key and one address for
+// every server, as Mullvad gives), the agent keeps the next server warm
+// while the active one works: a second peer on the same device with no
+// allowed IPs (nothing routes to it, nothing it sends is accepted as the
+// namespace's traffic) and a 25 s persistent keepalive, so it stays
+// handshaken (a handshake about every 2 minutes, a keepalive every 25 s,
+// from the host's WireGuard socket to that server's endpoint only). A
+// dead server is then left at once for the standby, without a retry of
+// the same server: the standby's kill switch replaces the active one
+// atomically, then one change of the device moves the allowed IPs to the
+// standby's peer, whose session is already up. The standby is judged by
+// its handshakes: none within 15 s of being added, or a handshake older
+// than 150 s (a live standby renews its session every 120 s plus at most
+// one 25 s keepalive; a server that dies with a young session is found
+// at that renewal, as WireGuard answers keepalives with nothing), makes
+// it dead, and the next server of the pool replaces it
+// (a dead one is tried again after 30 s, doubling to 10 minutes). The
+// failed server is re-checked the same way, as a standby once its hold
+// ends; with health.preferFirst the namespace moves back to the first
+// server after it has been a warm standby for 60 s. Servers with their own
+// client keys or addresses cannot share a device: the agent then keeps no
+// standby and fails over as described above, and status says why
+// (standby "none"). status and /metrics show the standby, its state
+// (arming, warm, dead, none) and its handshake age.
 //
 // # The metrics listener
 //

@@ -17,16 +17,39 @@ const (
 // DNSPort is where the default probe asks the server's resolver.
 const DNSPort = 53
 
+// The health.fast preset.
+const (
+	FastProbeInterval = time.Second
+	FastProbeFailures = 2
+)
+
 func resolveHealth(c *Config, s *Spec) error {
+	s.PreferFirst = c.Health.PreferFirst == nil || *c.Health.PreferFirst
 	p := c.Health.Probe
+	if c.Health.Fast {
+		switch {
+		case p == nil && c.Health.NoProbe:
+			return fieldErr("health.fast", `remove "fast", or turn the probe on (remove "probe": null)`, "the fast preset is a fast probe, and the probe is off")
+		case p != nil && p.Interval != "":
+			return fieldErr("health.fast", "remove health.probe.interval, or health.fast", "the fast preset sets the interval (1s)")
+		case p != nil && p.Failures != 0:
+			return fieldErr("health.fast", "remove health.probe.failures, or health.fast", "the fast preset sets the failures (2)")
+		}
+	}
 	if p == nil && c.Health.NoProbe {
 		return nil
 	}
 	ps := &ProbeSpec{Interval: DefaultProbeInterval, Failures: DefaultProbeFailures}
+	if c.Health.Fast {
+		ps.Interval, ps.Failures = FastProbeInterval, FastProbeFailures
+	}
 	if p == nil || p.Address == "" {
 		// The default: the server's first resolver, asked through the
 		// tunnel as the namespace's own lookups are.
 		if len(s.DNS) == 0 {
+			if c.Health.Fast && !s.contentUnknown {
+				return fieldErr("health.fast", "set health.probe.address, or give the server a resolver (DNS = or dns.servers)", "no probe to run fast: no address, and no resolver to probe by default")
+			}
 			if p != nil && !s.contentUnknown {
 				return fieldErr("health.probe.address", "set an address to probe, or give the server a resolver (DNS = or dns.servers)", "no address, and no resolver to probe by default")
 			}

@@ -179,3 +179,39 @@ func TestMetricsExposed(t *testing.T) {
 		t.Errorf("metrics off: %q", w)
 	}
 }
+
+// health.fast (issue 25): the probe every 1 s, 2 failures; refused with
+// the probe off or with its own interval or failures. preferFirst
+// defaults to on.
+func TestHealthFastAndPreferFirst(t *testing.T) {
+	f := newFixture(t)
+	m := f.structured()
+	m["health"] = map[string]any{"fast": true}
+	s, err := resolveJSON(t, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Probe == nil || s.Probe.Interval != time.Second || s.Probe.Failures != 2 || !s.Probe.DNS || !s.PreferFirst {
+		t.Fatalf("fast: probe %+v, preferFirst %v", s.Probe, s.PreferFirst)
+	}
+	m["health"] = map[string]any{"fast": true, "probe": map[string]any{"address": "10.2.0.1:443"}}
+	if s, err = resolveJSON(t, m); err != nil || s.Probe.Interval != time.Second || s.Probe.Target.Port() != 443 {
+		t.Fatalf("fast with an address: %+v %v", s.Probe, err)
+	}
+	m["health"] = map[string]any{"preferFirst": false}
+	if s, err = resolveJSON(t, m); err != nil || s.PreferFirst || s.Probe.Interval != DefaultProbeInterval {
+		t.Fatalf("preferFirst false: %v %+v %v", s.PreferFirst, s.Probe, err)
+	}
+	for _, tc := range []struct {
+		health map[string]any
+		want   string
+	}{
+		{map[string]any{"fast": true, "probe": nil}, "probe is off"},
+		{map[string]any{"fast": true, "probe": map[string]any{"address": "10.2.0.1:53", "interval": "5s"}}, "sets the interval"},
+		{map[string]any{"fast": true, "probe": map[string]any{"address": "10.2.0.1:53", "failures": 3}}, "sets the failures"},
+	} {
+		m["health"] = tc.health
+		_, err := resolveJSON(t, m)
+		wantErr(t, err, "health.fast", tc.want)
+	}
+}

@@ -57,8 +57,11 @@ type Spec struct {
 
 	HostLink *HostLinkSpec // nil when disabled
 
-	Probe   *ProbeSpec // nil: judge by WireGuard's timers only (health.probe null, or no resolver)
-	Metrics *Listen    // nil when off
+	Probe *ProbeSpec // nil: judge by WireGuard's timers only (health.probe null, or no resolver)
+	// PreferFirst: move back to the pool's first server once it answers
+	// again (health.preferFirst, default true).
+	PreferFirst bool
+	Metrics     *Listen // nil when off
 
 	PortForward *PortForwardSpec // nil when off
 	// PacketBuffers bounds the userspace data plane's packets in flight

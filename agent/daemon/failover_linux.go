@@ -42,6 +42,22 @@ type Snapshot struct {
 	ProbeFailures int // probe failures in total
 	DriftRepairs  int // device configurations re-applied after a change behind the agent's back
 	Backoff       time.Duration
+	// Standby is the warm standby (issue 25); MovesBack counts the moves
+	// back to the preferred server.
+	Standby   StandbySnapshot
+	MovesBack int
+}
+
+// StandbySnapshot is the warm standby: its server (Known false: none),
+// its state and its handshake age; Why says why there is none.
+type StandbySnapshot struct {
+	Known          bool
+	Server         engine.Server
+	State          liveness.StandbyState
+	HandshakeAge   time.Duration
+	HandshakeKnown bool
+	LastHandshake  time.Time
+	Why            string
 }
 
 // Snapshot returns the current reading.
@@ -83,6 +99,13 @@ type failover struct {
 
 	probeFailures, driftRepairs int
 	recorded                    engine.Liveness // the last written to the state file
+
+	// The warm standby (standby.go's loop part: standbyTick, moveBack).
+	plan    liveness.StandbyPlan
+	standby StandbySnapshot
+	// lastDead is the standby last found dead while no other server could
+	// replace it (-1: none): status shows it dead until one is armed.
+	lastDead int
 }
 
 type probeResult struct {
@@ -96,6 +119,8 @@ type failoverEngine interface {
 	RepairDrift(ctx context.Context, inst *engine.Instance, d *wireguard.Device) ([]string, error)
 	Switch(ctx context.Context, inst *engine.Instance, next *config.Spec) error
 	RecordLiveness(inst *engine.Instance, l *engine.Liveness) error
+	SetStandby(ctx context.Context, inst *engine.Instance, s *config.Spec) error
+	Standby(inst *engine.Instance) (*config.Spec, time.Time)
 }
 
 func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *slog.Logger) *failover {
@@ -105,9 +130,10 @@ func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *
 	}
 	f := &failover{
 		eng: eng, inst: inst, log: log, out: out, pool: pool, now: time.Now,
-		results: make(chan probeResult, 1), tunnel: inst.Tunnel,
+		results: make(chan probeResult, 1), tunnel: inst.Tunnel, lastDead: -1,
 	}
 	f.rec = liveness.Recovery{Pool: len(pool), Active: inst.Spec.Server}
+	f.plan = liveness.StandbyPlan{Pool: len(pool), PreferFirst: inst.Spec.PreferFirst}
 	f.probe()
 	f.publish()
 	return f
@@ -127,6 +153,9 @@ func (f *failover) reconfigure(s *config.Spec) {
 		f.rec = liveness.Recovery{Pool: len(pool), Active: s.Server, MinBackoff: f.rec.MinBackoff, MaxBackoff: f.rec.MaxBackoff, Failovers: f.rec.Failovers, Attempts: f.rec.Attempts}
 	}
 	f.pool = pool
+	if f.plan.Pool != len(pool) || f.plan.PreferFirst != s.PreferFirst {
+		f.plan = liveness.StandbyPlan{Pool: len(pool), PreferFirst: s.PreferFirst, MovesBack: f.plan.MovesBack}
+	}
 	if !sameProbe(f.counted, s.Probe) {
 		failures := 0
 		if s.Probe != nil {
@@ -193,11 +222,17 @@ func (f *failover) tick(ctx context.Context, dev *deviceReading) {
 	}
 	if err == nil {
 		f.judge.Observe(sampleOf(d, f.inst.Spec, now))
+		if f.standbyTick(ctx, now, d) {
+			dev.drop() // the standby's peer changed
+		}
 	}
 	if p := f.probe(); p != nil && !now.Before(f.nextProbe) {
 		f.startProbe(ctx, now, p)
 	}
 	f.decide(ctx, now)
+	if f.moveBack(ctx, now) {
+		dev.drop()
+	}
 }
 
 // repairDrift compares d with the configuration applied and re-applies
@@ -272,8 +307,15 @@ func (f *failover) decide(ctx context.Context, now time.Time) {
 		// server, and the judge starts again with it (follow).
 		f.log.Debug("tunnel dead with its data plane; waiting for the repair", "cause", cause)
 	case v == liveness.Dead:
+		f.rec.Standby, f.rec.StandbyWarm = -1, false
+		if f.standby.Known && f.standby.State == liveness.StandbyWarm {
+			f.rec.Standby, f.rec.StandbyWarm = f.standby.Server.Index, true
+		}
 		if a, ok := f.rec.Dead(now, cause); ok {
 			msg, attrs := "tunnel dead; switching to the next server", []any{"cause", cause, "server", f.inst.Spec.Server, "next", a.Server}
+			if f.rec.StandbyWarm && a.Server == f.rec.Standby {
+				msg = "tunnel dead; switching to the warm standby at once"
+			}
 			if a.Retry || a.Server == f.inst.Spec.Server { // a retry, or a pool of one
 				msg, attrs = "tunnel dead; retrying the same server", attrs[:4]
 			}
@@ -333,8 +375,17 @@ type switcher struct {
 
 func (s switcher) Switch(server int, retry bool) error {
 	f := s.f
+	from := f.inst.Spec.Server
 	if err := f.eng.Switch(s.ctx, f.inst, f.pool[server]); err != nil {
 		return err
+	}
+	if server != from {
+		// The server left was judged dead: it is re-checked as a standby
+		// once its hold ends (a preferred server that failed soon after a
+		// move back makes the next move back wait longer).
+		now := f.now()
+		f.plan.Left(now, from)
+		f.plan.Held(now, from)
 	}
 	f.restart() // a probe of the old server is dropped; the new one is judged at once
 	// Make it handshake even if the namespace idles now (its queued
@@ -358,10 +409,11 @@ func (f *failover) publish() {
 		Failovers: f.rec.Failovers, Attempts: f.rec.Attempts, ProbeFailures: f.probeFailures, DriftRepairs: f.driftRepairs, Backoff: b,
 	}
 	snap.HandshakeAge, snap.HandshakeKnown = f.judge.HandshakeAge(now)
+	snap.Standby, snap.MovesBack = f.standby, f.plan.MovesBack
 	f.out.set(snap)
 	// The state file (for status) changes only when the judgement does.
-	l := engine.Liveness{Recovery: string(st), Verdict: v.String(), Cause: cause, Failovers: f.rec.Failovers}
-	if l.Recovery == f.recorded.Recovery && l.Verdict == f.recorded.Verdict && l.Failovers == f.recorded.Failovers {
+	l := engine.Liveness{Recovery: string(st), Verdict: v.String(), Cause: cause, Failovers: f.rec.Failovers, Standby: f.standbyRecord()}
+	if l.Recovery == f.recorded.Recovery && l.Verdict == f.recorded.Verdict && l.Failovers == f.recorded.Failovers && sameStandby(l.Standby, f.recorded.Standby) {
 		return
 	}
 	l.Since = now.UTC()

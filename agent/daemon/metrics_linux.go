@@ -169,6 +169,15 @@ func (mo *monitor) liveness(l *Liveness) {
 		mo.m.ProbeFailed()
 	}
 	mo.m.Recovering(now.Recovery)
+	if now.Pool > 1 {
+		sb := &metrics.Standby{Server: -1, Warm: now.Standby.State == liveness.StandbyWarm, MovesBack: now.MovesBack}
+		if now.Standby.Known {
+			sb.Server = now.Standby.Server.Index
+		}
+		if old := mo.m.Snapshot().Standby; old == nil || *old != *sb {
+			mo.m.SetStandby(sb)
+		}
+	}
 	mo.seen = now
 }
 

@@ -54,6 +54,12 @@ func (f *fakeFailoverEngine) Switch(context.Context, *engine.Instance, *config.S
 	return f.switchErr
 }
 func (f *fakeFailoverEngine) RecordLiveness(*engine.Instance, *engine.Liveness) error { return nil }
+func (f *fakeFailoverEngine) SetStandby(context.Context, *engine.Instance, *config.Spec) error {
+	return nil
+}
+func (f *fakeFailoverEngine) Standby(*engine.Instance) (*config.Spec, time.Time) {
+	return nil, time.Time{}
+}
 
 // fakeSteps are a check's steps around the real failover round: the
 // health check's report is given, metrics' look reads the peers (when on)

@@ -74,6 +74,10 @@ type Instance struct {
 
 	applied *wgtypes.Config // the device configuration applied (endpoints resolved); nil: not known yet
 	want    *wireguard.Want // the drift check's reference, made from applied (RepairDrift)
+	// standby is the warm standby's peer on the device (nil: none); a new
+	// device (Ensure, a rebuild, a reload) has none.
+	standby *standby
+	wantOf  wantKey // what want was made of
 	// forwarded is what the kill switch's forwarded-port sets hold; only
 	// the daemon's goroutine changes it (SetForwarded, Switch).
 	forwarded policy.Forwarded
@@ -167,7 +171,7 @@ func (e *Engine) Rebuild(ctx context.Context, inst *Instance) error {
 		inst.Tunnel.Destroy()
 		inst.Tunnel = nil
 	}
-	inst.applied = nil
+	inst.applied, inst.standby = nil, nil
 	// The new kill switch's forwarded-port sets are empty.
 	inst.forwarded = policy.Forwarded{}
 	inst.forwardGen++
@@ -312,7 +316,7 @@ func (e *Engine) tunnelStep(ctx context.Context, sys system, inst *Instance, j *
 		return err
 	}
 	inst.Tunnel = t
-	inst.applied = appliedOf(t)
+	inst.applied, inst.standby = appliedOf(t), nil
 	j.add(StepTunnel, t.Destroy)
 	return e.afterStep(StepTunnel)
 }
@@ -373,7 +377,7 @@ func (e *Engine) RepairTunnel(ctx context.Context, inst *Instance) error {
 		return err
 	}
 	inst.Tunnel = t
-	inst.applied = appliedOf(t) // Ensure resolved the endpoints afresh
+	inst.applied, inst.standby = appliedOf(t), nil // Ensure resolved the endpoints afresh
 	if inst.Spec.PinEndpoints {
 		// The new device's endpoints, resolved afresh, replace the old.
 		cfg, err := e.applied(ctx, inst)

@@ -80,7 +80,7 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 		inst.forwardGen++
 	}
 	inst.Spec = twin
-	inst.applied = nil // the device's new configuration is the reference for drift now
+	inst.applied, inst.standby = nil, nil // the device's new configuration is the reference for drift now
 	if peers && twin.PinEndpoints {
 		// The pin follows the drift check's reference (the names resolved
 		// once more; the check puts the device on it).

@@ -68,8 +68,21 @@ type Liveness struct {
 	Cause     string    `json:"cause,omitempty"`
 	Since     time.Time `json:"since"`
 	Failovers int       `json:"failovers"`
+	// Standby is the warm standby (issue 25), nil in a pool of one.
+	Standby *StandbyRecord `json:"standby,omitempty"`
 	// State is what status shows (State()); not recorded by the agent.
 	State string `json:"state,omitempty"`
+}
+
+// StandbyRecord is the warm standby as the daemon last judged it: its
+// server (Index -1: none), its state (arming, warm, dead, none) and, with
+// none, why. status adds its handshake age from the device itself.
+type StandbyRecord struct {
+	Index      int    `json:"index"`
+	ConfigFile string `json:"configFile,omitempty"`
+	Endpoint   string `json:"endpoint,omitempty"`
+	State      string `json:"state"`
+	Why        string `json:"why,omitempty"`
 }
 
 // Tunnel states status shows: one of these, never "unknown".

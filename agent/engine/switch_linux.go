@@ -141,12 +141,29 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	}
 	sys := e.sys()
 	log := e.log().With("namespace", old.Name)
-	// Resolve first: a name that does not resolve changes nothing.
-	cfg, err := sys.dev.Config(ctx, next)
-	if err != nil {
-		return fmt.Errorf("switch to server %d: %w", next.Server, err)
+	// A warm switch (next is the standby on the device) moves the allowed
+	// IPs between the two peers; a cold one replaces the peers.
+	warm := inst.standby != nil && inst.standby.spec == next && StandbyCompatible(old, next) == nil &&
+		inst.applied != nil && len(inst.applied.Peers) == 1
+	var cfg wgtypes.Config
+	var devStep, devUndo wgtypes.Config
+	if !warm {
+		// Resolve first: a name that does not resolve changes nothing.
+		if cfg, err = sys.dev.Config(ctx, next); err != nil {
+			return fmt.Errorf("switch to server %d: %w", next.Server, err)
+		}
+		devStep = live(cfg, next)
 	}
 	prev, perr := e.applied(ctx, inst)
+	if warm {
+		// The standby's endpoint as its handshakes proved it: not
+		// resolved again.
+		cfg = *prev
+		cfg.Peers = []wgtypes.PeerConfig{wireguard.PeerConfig(next.Peers[0], inst.standby.peer.Endpoint)}
+		devStep = warmMove(prev.Peers[0], cfg.Peers[0])
+		devUndo = warmMove(cfg.Peers[0], prev.Peers[0])
+	}
+	standbyBefore := inst.standby
 	j := &journal{log: log}
 	policySwitched := false
 	defer func() {
@@ -162,6 +179,9 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 			rerrs = append(rerrs, wrap("undo policy", applyPolicy(sys.fw, inst.variant(), old, inst.forwarded, false)))
 		}
 		rerrs = append(rerrs, j.rollback())
+		if warm {
+			inst.standby = standbyBefore
+		}
 		if rerr := errors.Join(rerrs...); rerr != nil {
 			err = fmt.Errorf("%w (rollback: %v)", err, rerr)
 		}
@@ -190,15 +210,23 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	}
 	j.add(StepTunnel, func() error { return e.repin(inst, pinnedBefore) })
 
-	if err := sys.dev.Configure(inst.Tunnel, next.Name, live(cfg, next)); err != nil {
+	if err := sys.dev.Configure(inst.Tunnel, next.Name, devStep); err != nil {
 		return fmt.Errorf("switch to server %d: %w", next.Server, err)
 	}
 	j.add(StepTunnel, func() error {
+		if warm {
+			return sys.dev.Configure(inst.Tunnel, old.Name, devUndo)
+		}
+		// The peers were replaced: the standby's went too.
+		inst.standby = nil
 		if perr != nil {
 			return fmt.Errorf("previous device configuration unknown: %w", perr)
 		}
 		return sys.dev.Configure(inst.Tunnel, old.Name, live(*prev, old))
 	})
+	if !warm {
+		inst.standby = nil
+	}
 
 	v := inst.variant()
 	if err := v.routes(sys, next); err != nil {
@@ -218,7 +246,12 @@ func (e *Engine) Switch(ctx context.Context, inst *Instance, next *config.Spec) 
 	inst.Spec, inst.applied, inst.state, inst.forwarded = next, &cfg, st, policy.Forwarded{}
 	inst.forwardGen++
 	e.narrowPin(inst, endpointsOf(&cfg))
-	log.Info("switched server", "server", next.Server, "config", next.ConfigFile(), "endpoint", endpointOf(next))
+	if warm {
+		// The server left is the standby now, on its old session until
+		// the daemon re-arms it (or another server replaces it).
+		inst.standby = &standby{spec: old, peer: standbyPeer(prev.Peers[0])}
+	}
+	log.Info("switched server", "server", next.Server, "config", next.ConfigFile(), "endpoint", endpointOf(next), "warm", warm)
 	return nil
 }
 
@@ -231,18 +264,19 @@ func (e *Engine) RepairDrift(ctx context.Context, inst *Instance, d *wireguard.D
 	if inst.Tunnel == nil || wireguard.Stopped(inst.Tunnel) {
 		return nil, nil // a stopped data plane is the repair's: it rebuilds the tunnel
 	}
-	want, err := e.applied(ctx, inst)
+	applied, err := e.applied(ctx, inst)
 	if err != nil {
 		return nil, err
 	}
-	if inst.want == nil || inst.want.Config() != want {
-		inst.want = wireguard.NewWant(want) // once per configuration applied
+	if k := (wantKey{applied, inst.standby}); inst.want == nil || inst.wantOf != k {
+		// once per configuration applied (the standby's peer included)
+		inst.want, inst.wantOf = wireguard.NewWant(inst.wantConfig(applied)), k
 	}
 	drift := inst.want.Drift(d)
 	if len(drift) == 0 {
 		return nil, nil
 	}
-	return drift, e.sys().dev.Configure(inst.Tunnel, inst.Spec.Name, live(*want, inst.Spec))
+	return drift, e.sys().dev.Configure(inst.Tunnel, inst.Spec.Name, live(*inst.want.Config(), inst.Spec))
 }
 
 // Server is what the engine knows about the active server, for status

@@ -228,23 +228,29 @@ func slicesHasPrefix(calls []string, p string) bool {
 	return false
 }
 
+// switchOp is the fake world's name of a switch step to next (the
+// second server, DNS 10.3.0.1), for an injected failure.
+func switchOp(step string, next *config.Spec) string {
+	switch step {
+	case "fw.apply":
+		return step + " " + killSwitch("torrent")
+	case "links.configure":
+		return step + " " + next.Interface
+	case "resolv.rewrite":
+		return step + " " + dnsOf(next)
+	case "files.state":
+		return step + " torrent"
+	}
+	return step
+}
+
 // A switch that fails at any step puts the previous server back, kill
 // switch included, and never removes the kill switch.
 func TestSwitchRollback(t *testing.T) {
 	for _, step := range []string{"fw.apply", "dev.configure", "links.configure", "resolv.rewrite", "files.state"} {
 		t.Run(step, func(t *testing.T) {
 			sw, e, inst, p := upSwitchFake(t)
-			op := step
-			switch step {
-			case "fw.apply":
-				op += " " + killSwitch("torrent")
-			case "links.configure":
-				op += " " + p[1].Interface
-			case "resolv.rewrite":
-				op += " 10.3.0.1"
-			case "files.state":
-				op += " torrent"
-			}
+			op := switchOp(step, p[1])
 			// A failed step registers no undo, so the failure stays
 			// injected through the rollback.
 			sw.fail[op] = errors.New("injected")

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
@@ -45,6 +46,7 @@ func inspectPeers(r *Report, dev DeviceReader, agentJudges bool) {
 	samples := samplesOf(d.Peers)
 	next := updateMarks(r.Name, now, samples)
 	fresh, stale := false, ""
+	routed := slices.ContainsFunc(d.Peers, func(p wgtypes.Peer) bool { return len(p.AllowedIPs) > 0 })
 	for i, p := range d.Peers {
 		pr := Peer{RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes, Keepalive: p.PersistentKeepaliveInterval.Seconds()}
 		if p.Endpoint != nil {
@@ -54,6 +56,13 @@ func inspectPeers(r *Report, dev DeviceReader, agentJudges bool) {
 			t := p.LastHandshakeTime.UTC()
 			age := now.Sub(p.LastHandshakeTime).Seconds()
 			pr.LatestHandshake, pr.HandshakeAgeSec = &t, &age
+		}
+		if routed && len(p.AllowedIPs) == 0 {
+			// The warm standby: it carries nothing; its handshake age is
+			// shown, not judged with the tunnel's.
+			pr.Standby = true
+			r.Peers = append(r.Peers, pr)
+			continue
 		}
 		v := judge(now, samples[i], next[samples[i].ID])
 		pr.Idle = v.Idle

@@ -94,3 +94,32 @@ func TestInspectPeersNeverHandshaken(t *testing.T) {
 		}
 	}
 }
+
+// Issue 25: next to a peer with allowed IPs, a peer without any is the
+// warm standby: shown (its handshake age), flagged, and not judged with
+// the tunnel: a fresh standby does not hide a stale active peer.
+func TestInspectPeersStandby(t *testing.T) {
+	name := "nopeer-test"
+	if _, err := os.Stat(names.StateDir(name)); err == nil {
+		t.Skipf("%s exists", names.StateDir(name))
+	}
+	active, _ := wgtypes.GeneratePrivateKey()
+	standby, _ := wgtypes.GeneratePrivateKey()
+	all := []net.IPNet{{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}}
+	dev := &fakeReading{d: &wireguard.Device{Peers: []wgtypes.Peer{
+		{PublicKey: active.PublicKey(), AllowedIPs: all, TransmitBytes: 148}, // an initiation, no answer
+		{PublicKey: standby.PublicKey(), LastHandshakeTime: time.Now().Add(-5 * time.Second)},
+	}}}
+	r := &Report{Name: name, Interface: "vc-nopeer", Link: Link{Present: true, Up: true}}
+	inspectPeers(r, dev, false)
+	if len(r.Peers) != 2 || r.Peers[0].Standby || !r.Peers[1].Standby || r.Peers[1].HandshakeAgeSec == nil || r.Healthy() {
+		t.Fatalf("peers %+v", r.Peers)
+	}
+	// The control: the same active peer alone is the same problem.
+	alone := &fakeReading{d: &wireguard.Device{Peers: dev.d.Peers[:1]}}
+	r2 := &Report{Name: name, Interface: "vc-nopeer", Link: Link{Present: true, Up: true}}
+	inspectPeers(r2, alone, false)
+	if !r2.Has(HandshakeStale) || !r.Has(HandshakeStale) {
+		t.Fatalf("with the standby: %v; alone: %v", r.Strings(), r2.Strings())
+	}
+}

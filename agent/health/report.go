@@ -95,6 +95,10 @@ type Peer struct {
 	// Idle: the last handshake is older than WireGuard's session limit but
 	// nothing was sent since, so nothing needed a new one (not a problem).
 	Idle bool `json:"idle,omitempty"`
+	// Standby: a peer with no allowed IPs, the agent's warm standby
+	// (issue 25): nothing routes to it, so its handshakes say nothing of
+	// the tunnel's traffic and it is not judged with the active peer.
+	Standby bool `json:"standby,omitempty"`
 }
 
 // Healthy says nothing is wrong.

@@ -53,6 +53,11 @@ type Recovery struct {
 	Active int
 	// MinBackoff, MaxBackoff: zero means the package defaults.
 	MinBackoff, MaxBackoff time.Duration
+	// Standby is the warm standby's server when StandbyWarm (the daemon
+	// sets both before each Dead): with one, a dead server is left at
+	// once for it, without a retry of the same server.
+	Standby     int
+	StandbyWarm bool
 
 	state    State
 	cause    string
@@ -101,6 +106,11 @@ func (r *Recovery) Dead(now time.Time, cause string) (Action, bool) {
 		return Action{}, false
 	}
 	r.cause = cause
+	if r.StandbyWarm && r.Standby != r.Active && r.Standby >= 0 && r.Standby < r.Pool {
+		// A warm standby: switch now; the dead server is re-checked in
+		// the background (as a standby once its hold ends).
+		return Action{Server: r.Standby}, true
+	}
 	if st, _ := r.State(); st == Healthy {
 		// A server that was working gets one more chance (a fresh
 		// handshake, its endpoint re-resolved); one just switched to
@@ -146,6 +156,10 @@ func (r *Recovery) Apply(now time.Time, a Action, sw Switcher) error {
 	}
 	return err
 }
+
+// MovedTo records a planned switch to server i that succeeded (a move
+// back to the preferred server): not a failure, nothing is reset.
+func (r *Recovery) MovedTo(i int) { r.Active, r.tried = i, i }
 
 // Backoff is the current wait between attempts once every server failed
 // (zero otherwise), and the time of the next attempt.

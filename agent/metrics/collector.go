@@ -34,6 +34,14 @@ var (
 		"The failover loop's state: 1 for the current one of healthy, retrying, failing_over and every_server_dead (the pool tried in full; the namespace stays closed), 0 for the others (absent before the first check).", "state")
 	descProbe = desc("probe_failures_total",
 		"Failed health probes through the tunnel.")
+	descStandbyServer = desc("standby_server",
+		"The warm standby's index in the pool (issue 25), -1 when there is none (present only with a pool of more than one server).")
+	descStandbyWarm = desc("standby_warm",
+		"1 when the warm standby handshook since it was armed and its session can carry data, 0 otherwise.")
+	descStandbyHandshake = desc("standby_last_handshake_timestamp_seconds",
+		"Unix time of the latest WireGuard handshake with the standby's peer, as the device reports it (absent before the first).")
+	descMovesBack = desc("moves_back_total",
+		"Moves back to the pool's first server (health.preferFirst).")
 	descFwdPort = desc("forwarded_port",
 		"The port the provider forwards to the namespace (NAT-PMP), open in the kill switch while its lease lives; 0 when there is none (present only with portForwarding).")
 	descFwdAnswering = desc("port_forwarding_gateway_answering",
@@ -51,7 +59,7 @@ type collector struct{ m *Metrics }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descHandshake, descRx, descTx, descKill, descRepairs, descFailovers, descServer, descRecovery, descProbe,
-		descFwdPort, descFwdAnswering, descFwdRequests, descFwdFailures, descFwdPending} {
+		descStandbyServer, descStandbyWarm, descStandbyHandshake, descMovesBack, descFwdPort, descFwdAnswering, descFwdRequests, descFwdFailures, descFwdPending} {
 		ch <- d
 	}
 }
@@ -72,8 +80,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if len(r.Peers) > 0 {
 			var rx, tx int64
-			var last float64
+			var last, standby float64
 			for _, p := range r.Peers {
+				if p.Standby {
+					// The warm standby carries nothing: its own gauge.
+					if p.LatestHandshake != nil {
+						standby = max(standby, float64(p.LatestHandshake.UnixNano())/1e9)
+					}
+					continue
+				}
 				rx += p.RxBytes
 				tx += p.TxBytes
 				if p.LatestHandshake != nil {
@@ -86,6 +101,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descTx, float64(tx))
 			if last > 0 {
 				gauge(descHandshake, last)
+			}
+			if standby > 0 {
+				gauge(descStandbyHandshake, standby)
 			}
 		}
 		names := make([]string, 0, len(r.Policy.Drops))
@@ -111,6 +129,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descRecovery, v, r.label)
 		}
+	}
+	if sb := s.Standby; sb != nil {
+		warm := 0.0
+		if sb.Warm {
+			warm = 1
+		}
+		gauge(descStandbyServer, float64(sb.Server))
+		gauge(descStandbyWarm, warm)
+		counter(descMovesBack, float64(sb.MovesBack))
 	}
 	if pf := s.PortForward; pf != nil {
 		gauge(descFwdPort, float64(pf.Port))

@@ -33,6 +33,17 @@ type Snapshot struct {
 	Recovery liveness.State
 	// PortForward is the port forwarding's latest status (nil: off).
 	PortForward *portforward.Status
+	// Standby is the warm standby (issue 25); nil in a pool of one.
+	Standby *Standby
+}
+
+// Standby is the warm standby as the daemon judged it: its server's
+// index (-1: none), whether it is warm, and the moves back to the
+// preferred server so far.
+type Standby struct {
+	Server    int
+	Warm      bool
+	MovesBack int
 }
 
 // server is what server_info shows of one server of the pool.
@@ -98,6 +109,11 @@ func (m *Metrics) update(f func(*Snapshot)) {
 // be changed afterwards.
 func (m *Metrics) Publish(r *health.Report) {
 	m.update(func(s *Snapshot) { s.Report, s.At = r, time.Now() })
+}
+
+// SetStandby publishes the warm standby (nil: a pool of one).
+func (m *Metrics) SetStandby(sb *Standby) {
+	m.update(func(s *Snapshot) { s.Standby = sb })
 }
 
 // PortForwarded publishes the port forwarding's status.

@@ -261,6 +261,27 @@ func TestPromtool(t *testing.T) {
 	}
 }
 
+// Issue 25: the standby's peer is left out of the tunnel's handshake and
+// byte counts and has a handshake gauge of its own; the daemon's view of
+// the standby is exported.
+func TestStandbyMetrics(t *testing.T) {
+	s, _ := fakeSpec(t)
+	m := New(s)
+	r := healthyReport()
+	later := r.Peers[0].LatestHandshake.Add(time.Minute)
+	r.Peers = append(r.Peers, health.Peer{Standby: true, LatestHandshake: &later, RxBytes: 1 << 20, TxBytes: 1 << 20})
+	m.Publish(r)
+	m.SetStandby(&Standby{Server: 1, Warm: true, MovesBack: 2})
+	text := exposition(t, m)
+	hasLines(t, text,
+		`vpn_confinement_tunnel_last_handshake_timestamp_seconds{namespace="proton"} 1.7000000005e+09`,
+		`vpn_confinement_tunnel_receive_bytes_total{namespace="proton"} 1005`,
+		`vpn_confinement_standby_last_handshake_timestamp_seconds{namespace="proton"} 1.7000000605e+09`,
+		`vpn_confinement_standby_server{namespace="proton"} 1`,
+		`vpn_confinement_standby_warm{namespace="proton"} 1`,
+		`vpn_confinement_moves_back_total{namespace="proton"} 2`)
+}
+
 // The failover loop's state is a state set: absent before the loop says
 // anything, then one series per state, 1 for the current one.
 func TestRecoveryState(t *testing.T) {

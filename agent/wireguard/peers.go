@@ -26,18 +26,7 @@ func DeviceConfig(ctx context.Context, s *config.Spec) (wgtypes.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("wireguard.peers[%d].endpoint: %w", i, err)
 		}
-		ka := p.Keepalive
-		pc := wgtypes.PeerConfig{
-			PublicKey:                   p.PublicKey,
-			PresharedKey:                p.PresharedKey,
-			Endpoint:                    ep,
-			PersistentKeepaliveInterval: &ka,
-			ReplaceAllowedIPs:           true,
-		}
-		for _, a := range p.AllowedIPs {
-			pc.AllowedIPs = append(pc.AllowedIPs, net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())})
-		}
-		cfg.Peers = append(cfg.Peers, pc)
+		cfg.Peers = append(cfg.Peers, PeerConfig(p, ep))
 	}
 	return cfg, nil
 }
@@ -102,6 +91,13 @@ func uapiConfig(c wgtypes.Config) string {
 	}
 	for _, p := range c.Peers {
 		line("public_key", hexKey(p.PublicKey))
+		if p.Remove {
+			line("remove", "true")
+			continue
+		}
+		if p.UpdateOnly {
+			line("update_only", "true")
+		}
 		if p.PresharedKey != nil {
 			line("preshared_key", hexKey(*p.PresharedKey))
 		}
@@ -119,6 +115,23 @@ func uapiConfig(c wgtypes.Config) string {
 		}
 	}
 	return string(b)
+}
+
+// PeerConfig is the device configuration of peer p of a server, its
+// endpoint already resolved (ep), with its own AllowedIPs and keepalive.
+func PeerConfig(p config.PeerSpec, ep *net.UDPAddr) wgtypes.PeerConfig {
+	ka := p.Keepalive
+	pc := wgtypes.PeerConfig{
+		PublicKey:                   p.PublicKey,
+		PresharedKey:                p.PresharedKey,
+		Endpoint:                    ep,
+		PersistentKeepaliveInterval: &ka,
+		ReplaceAllowedIPs:           true,
+	}
+	for _, a := range p.AllowedIPs {
+		pc.AllowedIPs = append(pc.AllowedIPs, net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())})
+	}
+	return pc
 }
 
 func hexKey(k wgtypes.Key) string { return fmt.Sprintf("%x", k[:]) }

@@ -62,8 +62,10 @@ func exported(t *testing.T) map[string]labelValues {
 		Name: "proton", Interface: "wg-proton", Namespace: true,
 		Link:   health.Link{Present: true, Up: true},
 		Policy: health.Policy{Loaded: true, Matches: true, Drops: map[string]uint64{"out_reject": 1}},
-		Peers:  []health.Peer{{Endpoint: "198.51.100.1:51820", LatestHandshake: &hs, RxBytes: 1, TxBytes: 1}},
+		Peers: []health.Peer{{Endpoint: "198.51.100.1:51820", LatestHandshake: &hs, RxBytes: 1, TxBytes: 1},
+			{Endpoint: "198.51.100.2:51820", LatestHandshake: &hs, Standby: true}}, // a warm standby (issue 25)
 	})
+	m.SetStandby(&metrics.Standby{Server: 1, Warm: true})
 	m.PortForwarded(portforward.Status{State: portforward.StateMapped, Port: 40001, Protocols: []string{"tcp"}, Requests: 1})
 	m.Recovering(liveness.Healthy)
 	m.FailedOver(0)

@@ -90,6 +90,10 @@ func TestLeakMatrix(t *testing.T) {
 			t.Parallel()
 			mx.runPool(t)
 		})
+		t.Run("standby", func(t *testing.T) {
+			t.Parallel()
+			mx.runStandby(t)
+		})
 		t.Run("sidecar", func(t *testing.T) {
 			t.Parallel()
 			defer func() {
@@ -562,6 +566,10 @@ var matrixColumns = []column{
 	{"1b", "healthy with \"ipv6\": \"block\" (second topology)"},
 	{"F", "failing over: the active provider of a pool of two dies under the probe rounds; the agent retries it, then switches to the second (third topology, \"ipv6\": \"block\")"},
 	{"D", "every server of the pool dead: the namespace stays closed while the agent keeps trying (third topology)"},
+	{"W", "standby warm: a pool sharing one client key and address, the second server a peer with no allowed IPs, handshaken (fourth topology, health.fast)"},
+	{"X", "the standby's provider dies while the active server works; then it comes back and is warm again (fourth topology)"},
+	{"S", "switching to the standby: the active provider dies under the probe rounds; the agent switches at once, no retry (fourth topology)"},
+	{"B", "moving back to the preferred server: the first provider back, warm for a minute, the agent moves back (fourth topology)"},
 }
 
 type matrix struct {

@@ -144,7 +144,7 @@ func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 	var files []string
 	probeAt := testbed.ProvTunnel4
 	if o.pool {
-		s.prov2, files = startPool(t, tp, harness.AP(testbed.Endpoint4, testbed.WGPort))
+		s.prov2, files = startPool(t, tp, harness.AP(testbed.Endpoint4, testbed.WGPort), false)
 		// The health probe's target answers through either server.
 		probeAt = testbed.PoolProbe4
 		must(t, tp.Provider.Stop())

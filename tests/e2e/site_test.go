@@ -92,6 +92,10 @@ type siteOptions struct {
 	// pool of two servers (wireguard.configFiles: the topology's provider
 	// first); needs ipv6 "block" (the second provider is IPv4 only).
 	pool bool
+	// standby (with pool): the pool's servers share the client's key and
+	// tunnel address, so the agent keeps the second warm (issue 25), and
+	// the agent runs with health.fast.
+	standby bool
 }
 
 func newSite(t *testing.T, o siteOptions) *site {
@@ -114,7 +118,7 @@ func newSite(t *testing.T, o siteOptions) *site {
 		},
 	}
 	if o.pool {
-		s.addPool(t)
+		s.addPool(t, o.standby)
 	}
 	var cfg *config.Config
 	s.path, cfg = tp.AgentConfig(t, s.opts)
@@ -157,34 +161,49 @@ func newSite(t *testing.T, o siteOptions) *site {
 
 // addPool starts the second provider and makes the site's config a pool
 // of two wg-quick files: the topology's provider, then the second.
-func (s *site) addPool(t *testing.T) {
+func (s *site) addPool(t *testing.T, shared bool) {
 	t.Helper()
 	var files []string
-	s.prov2, files = startPool(t, s.tp, s.endpoint)
+	s.prov2, files = startPool(t, s.tp, s.endpoint, shared)
 	s.poolEndpoints = []netip.AddrPort{harness.AP(testbed.Endpoint2, testbed.WGPort)}
 	base := s.opts.Edit
 	s.opts.Edit = func(c *config.Config) {
 		base(c)
 		poolConfig(c, files)
+		if shared {
+			c.Health.Fast = true
+		}
 	}
 }
 
 // startPool adds and starts the topology's second provider (with a
 // NAT-PMP gateway) and writes the pool's two wg-quick files: the
-// topology's provider at endpoint, then the second.
-func startPool(t *testing.T, tp *harness.Topo, endpoint netip.AddrPort) (*harness.Process, []string) {
+// topology's provider at endpoint, then the second. shared: the second
+// server knows the client by the first's key and tunnel address (one key
+// and one address for the whole pool, as Mullvad's).
+func startPool(t *testing.T, tp *harness.Topo, endpoint netip.AddrPort, shared bool) (*harness.Process, []string) {
 	t.Helper()
 	p2, err := tp.AddProvider2()
 	if err != nil {
 		t.Fatal(err)
 	}
+	client2, addr2 := p2.ClientKey, testbed.Client2Tunnel4
+	if shared {
+		client2, addr2 = tp.ClientKey, testbed.ClientTunnel4
+		p2.ClientKey = tp.ClientKey
+	}
 	p2cfg := p2.Config("")
+	if shared {
+		c := netip.PrefixFrom(testbed.ClientTunnel4, 32).String()
+		p2cfg.WireGuard.Peers[0].AllowedIPs = []string{c}
+		p2cfg.WireGuard.Routes = append(p2cfg.WireGuard.Routes, provider.Route{Dst: c})
+	}
 	p2cfg.NATPMP = p2.NATPMP(provider.StyleProton)
 	prov2 := tp.StartProcess(t, "prov2", p2.NS, env.providerBin, p2cfg)
 	a, b := filepath.Join(tp.Dir, "pool-a.conf"), filepath.Join(tp.Dir, "pool-b.conf")
 	for f, text := range map[string]string{
 		a: testbed.WGQuick(tp.ClientKey, testbed.ClientTunnel4, testbed.ProvTunnel4, tp.ProvKey, endpoint.String()),
-		b: testbed.WGQuick(p2.ClientKey, testbed.Client2Tunnel4, testbed.Prov2Tunnel4, p2.ProvKey, harness.AP(testbed.Endpoint2, testbed.WGPort).String()),
+		b: testbed.WGQuick(client2, addr2, testbed.Prov2Tunnel4, p2.ProvKey, harness.AP(testbed.Endpoint2, testbed.WGPort).String()),
 	} {
 		if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
 			t.Fatal(err)

@@ -206,6 +206,17 @@ else
 	problems+=("failover check failed")
 fi
 
+# The warm-standby failover (issue 25): "failover-kernel-standby ok ..." or "... FAIL".
+line=$(grep -E '^failover-kernel-standby ' <<<"$vms" | tail -n1)
+if [ -z "$line" ]; then
+	if [ "$partial" = 1 ]; then failover+=", standby not run"; else problems+=("standby failover check missing"); fi
+elif [[ $line == "failover-kernel-standby ok"* ]]; then
+	failover+=", standby ok"
+else
+	failover+=", standby FAIL"
+	problems+=("standby failover check failed")
+fi
+
 other_failures "$vms" "$rc"
 states="$nstates leak states × ${probes:-0} probes"
 [ -z "$e2e" ] || states="$e2e + $nstates × ${probes:-0}"

@@ -33,7 +33,9 @@ import (
 // Endpoint2, its own keys) with its tunnel end in kernel WireGuard, and starts the provider
 // binary serving DNS (TargetName -> Prov2Tunnel4, so an answer names the provider) and echo on
 // its tunnel address, logging every hit.
-func addKernelProvider2(t *testing.T, tp *kernelTopo) (*testbed.Provider2, *harness.Process) {
+// shared: it knows the client by the first provider's key and tunnel address (one key and
+// address for the pool, so the agent keeps it as a warm standby, issue 25).
+func addKernelProvider2(t *testing.T, tp *kernelTopo, shared bool) (*testbed.Provider2, *harness.Process) {
 	t.Helper()
 	p2, err := tp.AddProvider2()
 	if err != nil {
@@ -44,10 +46,18 @@ func addKernelProvider2(t *testing.T, tp *kernelTopo) (*testbed.Provider2, *harn
 		t.Fatal(err)
 	}
 	tp.Exec(t, p2.NS, "ip", "link", "add", provWG, "type", "wireguard")
+	client, addr := p2.ClientKey, testbed.Client2Tunnel4
+	if shared {
+		client, addr = tp.ClientKey, testbed.ClientTunnel4
+		p2.ClientKey = tp.ClientKey
+	}
 	tp.Exec(t, p2.NS, "wg", "set", provWG, "listen-port", fmt.Sprint(testbed.WGPort), "private-key", key,
-		"peer", p2.ClientKey.PublicKey().String(), "allowed-ips", testbed.Client2Tunnel4.String()+"/32")
+		"peer", client.PublicKey().String(), "allowed-ips", addr.String()+"/32")
 	tp.Exec(t, p2.NS, "ip", "addr", "add", testbed.Prov2Tunnel4.String()+"/24", "dev", provWG)
 	tp.Exec(t, p2.NS, "ip", "link", "set", provWG, "up")
+	if shared {
+		tp.Exec(t, p2.NS, "ip", "route", "add", addr.String()+"/32", "dev", provWG)
+	}
 	if d := tp.Exec(t, p2.NS, "ip", "-d", "link", "show", provWG); !strings.Contains(d, "wireguard") {
 		t.Fatalf("second provider's link is not kernel WireGuard:\n%s", d)
 	}
@@ -103,26 +113,42 @@ func (p *tablePoller) Stop() *tablePoller {
 // errors about it), no leak probe gets out, the decoys log nothing, and the kill switch
 // table is found in every back-to-back listing, replaced (new handle) by one allowing the
 // second server's resolver.
-func TestKernelFailover(t *testing.T) {
+func TestKernelFailover(t *testing.T) { kernelFailover(t, false) }
+
+// TestKernelStandbyFailover (`vmsummary: failover-kernel-standby ok|FAIL`): the same with a
+// pool sharing one client key and address (issue 25): the second server is a warm standby
+// peer on the kernel device before the first dies, and the switch to it moves the allowed IPs
+// (no retry, no cold handshake); the same checks of the kill switch and the uplink.
+func TestKernelStandbyFailover(t *testing.T) { kernelFailover(t, true) }
+
+func kernelFailover(t *testing.T, shared bool) {
 	requireHarness(t)
 	t.Parallel()
+	summary := "failover-kernel"
+	if shared {
+		summary += "-standby"
+	}
 	ok := false
 	var detected, resumed time.Duration
 	t.Cleanup(func() {
 		if ok && !t.Failed() {
-			vmsummary("failover-kernel ok detect=%.1fs switch=%.1fs", detected.Seconds(), resumed.Seconds())
+			vmsummary("%s ok detect=%.1fs switch=%.1fs", summary, detected.Seconds(), resumed.Seconds())
 		} else {
-			vmsummary("failover-kernel FAIL")
+			vmsummary("%s FAIL", summary)
 		}
 	})
 
 	tp := newKernelTopo(t)
-	p2, tun2 := addKernelProvider2(t, tp)
+	p2, tun2 := addKernelProvider2(t, tp, shared)
+	client2, addr2 := p2.ClientKey, testbed.Client2Tunnel4
+	if shared {
+		addr2 = testbed.ClientTunnel4
+	}
 	pool := &harness.Pool{Topo: tp.Topo, P2: p2}
 	fileA, fileB := filepath.Join(tp.Dir, "a.conf"), filepath.Join(tp.Dir, "b.conf")
 	for path, s := range map[string]string{
 		fileA: testbed.WGQuick(tp.ClientKey, testbed.ClientTunnel4, testbed.ProvTunnel4, tp.ProvKey, harness.AP(testbed.Endpoint4, testbed.WGPort).String()),
-		fileB: testbed.WGQuick(p2.ClientKey, testbed.Client2Tunnel4, testbed.Prov2Tunnel4, p2.ProvKey, harness.AP(testbed.Endpoint2, testbed.WGPort).String()),
+		fileB: testbed.WGQuick(client2, addr2, testbed.Prov2Tunnel4, p2.ProvKey, harness.AP(testbed.Endpoint2, testbed.WGPort).String()),
 	} {
 		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
 			t.Fatal(err)
@@ -179,6 +205,18 @@ func TestKernelFailover(t *testing.T) {
 	if len(before.handles) != 1 || !strings.Contains(before.last, testbed.ProvTunnel4.String()) {
 		t.Fatalf("positive control: the kill switch listing before the switch (handles %v) does not name the first resolver %s:\n%s\nmissing: %v",
 			before.handles, testbed.ProvTunnel4, before.last, before.missing)
+	}
+	if shared {
+		// The second server a warm standby before the first dies.
+		var m map[string]any
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+			if _, m = status(); harness.JSONField(m, "tunnel", "standby", "state") == "warm" && harness.JSONField(m, "tunnel", "standby", "index") == 1.0 {
+				break
+			}
+		}
+		if harness.JSONField(m, "tunnel", "standby", "state") != "warm" {
+			t.Fatalf("the second server never became a warm standby: %v\nagent:\n%s", m["tunnel"], d.Output())
+		}
 	}
 	mark2 := tun2.Mark()
 	decoyMark, _ := tp.DecoyControl(t)
@@ -245,14 +283,33 @@ func TestKernelFailover(t *testing.T) {
 	hits := harness.Hits(t, tun2, mark2)
 	fromClient := func(kind string) bool {
 		return slices.ContainsFunc(hits, func(e provider.Event) bool {
-			return e.Kind == kind && harness.HostOf(e.Src) == testbed.Client2Tunnel4
+			return e.Kind == kind && harness.HostOf(e.Src) == addr2
 		})
 	}
 	if !fromClient(provider.EvDNS) || !fromClient(provider.EvTCP) {
-		t.Errorf("the second provider's resolver and echo did not both log the client's tunnel address %s:\n%s", testbed.Client2Tunnel4, harness.DumpEvents(hits))
+		t.Errorf("the second provider's resolver and echo did not both log the client's tunnel address %s:\n%s", addr2, harness.DumpEvents(hits))
 	}
-	if peers := wgField(t, tp.Topo, name, iface, "endpoints"); len(peers) != 1 || peers[0][1] != harness.AP(testbed.Endpoint2, testbed.WGPort).String() {
+	if peers := wgField(t, tp.Topo, name, iface, "endpoints"); !shared && (len(peers) != 1 || peers[0][1] != harness.AP(testbed.Endpoint2, testbed.WGPort).String()) {
 		t.Errorf("the agent's device peers after the failover: %v, want one, at %s", peers, harness.AP(testbed.Endpoint2, testbed.WGPort))
+	} else if shared {
+		// The routes on the second server's peer; the first's peer, if still there, a
+		// standby with none.
+		eps := map[string]string{}
+		for _, p := range peers {
+			eps[p[0]] = p[1]
+		}
+		var routed []string
+		for _, p := range wgField(t, tp.Topo, name, iface, "allowed-ips") {
+			if strings.Contains(p[1], "0.0.0.0/0") {
+				routed = append(routed, eps[p[0]])
+			}
+		}
+		if len(routed) != 1 || routed[0] != harness.AP(testbed.Endpoint2, testbed.WGPort).String() {
+			t.Errorf("after the warm switch the default route is on the peers at %v, want only %s (peers %v)", routed, harness.AP(testbed.Endpoint2, testbed.WGPort), peers)
+		}
+		if out := d.Output(); !strings.Contains(out, "warm standby at once") || strings.Contains(out, "retrying the same server") {
+			t.Errorf("the agent did not switch to the warm standby at once:\n%s", out)
+		}
 	}
 	if det := tp.Exec(t, name, "ip", "-d", "link", "show", iface); !strings.Contains(det, "wireguard") {
 		t.Errorf("after the failover the tunnel is not kernel WireGuard:\n%s", det)
