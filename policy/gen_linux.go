@@ -24,16 +24,22 @@ import (
 //
 // A GenWatch is used by one goroutine at a time.
 type GenWatch struct {
-	path string // the namespace file; "" is the calling thread's
-	conn *netlink.Conn
-	ino  uint64 // of the namespace conn lives in
+	path   string // the namespace file; "" is the calling thread's
+	conn   *netlink.Conn
+	ino    uint64 // of the namespace conn lives in
+	dev    uint64
+	cookie uint64
 }
 
 // Gen is one reading: the namespace (its inode, which the open socket
-// keeps from being reused) and its ruleset generation.
+// keeps from being reused, the device of the namespace file system, and
+// its SO_NETNS_COOKIE: unique for the boot, never reused, 0 where the
+// kernel has none) and its ruleset generation.
 type Gen struct {
-	Ident uint64
-	ID    uint32
+	Ident  uint64
+	Dev    uint64
+	Cookie uint64
+	ID     uint32
 }
 
 // NewGenWatch watches the namespace at nsPath; "" is the one the calling
@@ -79,7 +85,7 @@ func (w *GenWatch) read() (Gen, error) {
 	if err != nil {
 		return Gen{}, err
 	}
-	return Gen{Ident: w.ino, ID: id}, nil
+	return Gen{Ident: w.ino, Dev: w.dev, Cookie: w.cookie, ID: id}, nil
 }
 
 // open dials a netfilter netlink socket inside the namespace at path and
@@ -111,15 +117,31 @@ func (w *GenWatch) open(path string) error {
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
 	}
-	w.conn, w.ino = c, st.Ino
+	w.conn, w.ino, w.dev, w.cookie = c, st.Ino, st.Dev, netnsCookie(c)
 	return nil
+}
+
+// netnsCookie is the SO_NETNS_COOKIE of the namespace socket c lives in
+// (Linux 5.14); 0 when the kernel cannot say.
+func netnsCookie(c *netlink.Conn) uint64 {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var cookie uint64
+	rc.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_NETNS_COOKIE); err == nil {
+			cookie = v
+		}
+	})
+	return cookie
 }
 
 // Close closes the socket, if open.
 func (w *GenWatch) Close() {
 	if w.conn != nil {
 		w.conn.Close()
-		w.conn, w.ino = nil, 0
+		w.conn, w.ino, w.dev, w.cookie = nil, 0, 0, 0
 	}
 }
 

@@ -40,6 +40,10 @@ type Target struct {
 	// sockets, which only the agent knows): the table is checked for
 	// being loaded only.
 	Ruleset func(*config.Spec) (*policy.Ruleset, error)
+	// Ledger, for status, skips reading back a kill switch that status
+	// itself found right under the namespace's current nf_tables
+	// generation (see Ledger). Nil: it is read in full.
+	Ledger *Ledger
 
 	gates *Watcher // nil: every table is read in full
 }
@@ -70,7 +74,7 @@ func Inspect(t Target) *Report {
 	if t.gates != nil {
 		table, link, host = &t.gates.Table, &t.gates.Link, &t.gates.Host
 	}
-	inspectPolicy(r, t.Spec, t.want, t.Forwarded, table, t.Peers)
+	inspectPolicy(r, t.Spec, t.want, t.Forwarded, table, t.Ledger, t.Peers)
 	if wireguard.Stopped(t.Tunnel) {
 		r.Add(DataPlaneDead, "WireGuard data plane for %s stopped", r.Interface)
 	}
