@@ -241,7 +241,11 @@ func (t *topo) scalePeerConfig(kernel bool, mtu int, keys []wgtypes.Key) *provid
 		w.Peers = append(w.Peers, provider.Peer{PublicKey: k.PublicKey().String(), AllowedIPs: []string{a}})
 		w.Routes = append(w.Routes, provider.Route{Dst: a, Src: scalePeerAddr})
 	}
-	return &provider.Config{Log: filepath.Join(t.Dir, "scale-peer-events.log"), WireGuard: w}
+	// Its resolver answers the agents' default liveness probe (a query
+	// through each tunnel every 30 s): without it every tunnel is judged
+	// dead within a minute and each agent keeps reconnecting, which is
+	// not the idle fleet this workload measures.
+	return &provider.Config{Log: filepath.Join(t.Dir, "scale-peer-events.log"), WireGuard: w, DNS: []string{scalePeerAddr + ":53"}}
 }
 
 // pingFrom pings addr from namespace ns until a reply (at most 10 s).
