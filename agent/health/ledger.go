@@ -146,6 +146,14 @@ func (l *Ledger) verified(p ledgerPass, digest string, ok bool, rules int) {
 	l.save(r)
 }
 
+// gens is the ledger's generation reader, nil for a nil Ledger.
+func (l *Ledger) gens() Generations {
+	if l == nil {
+		return nil
+	}
+	return l.Gens
+}
+
 func (l *Ledger) ttl() time.Duration {
 	if l.TTL > 0 {
 		return l.TTL

@@ -40,7 +40,7 @@ func inspectPolicy(r *Report, s *config.Spec, want func(*config.Spec) (*policy.R
 	if skip && counters {
 		// The table is unchanged, its counters not: read them alone. None
 		// (or an error) means something is off after all: read it all.
-		cs, err := policy.Counters(netns.Path(r.Name), names.Table)
+		cs, err := l.counters(r.Name, rec != nil)
 		if skip = err == nil && len(cs) > 0; skip {
 			facts.Drops = drops(cs)
 		}
@@ -81,6 +81,19 @@ func inspectPolicy(r *Report, s *config.Spec, want func(*config.Spec) (*policy.R
 		return
 	}
 	r.Policy.Matches = true
+}
+
+// counters reads the kill switch's named counters of namespace name: on
+// the socket the ledger read the generation on, when it vouched (one
+// dump, no second socket in the namespace), else on a socket of their
+// own.
+func (l *Ledger) counters(name string, vouched bool) ([]policy.CounterState, error) {
+	if c, ok := l.gens().(interface {
+		Counters(table string) ([]policy.CounterState, error)
+	}); ok && vouched {
+		return c.Counters(names.Table)
+	}
+	return policy.Counters(netns.Path(name), names.Table)
 }
 
 // hostPolicyMatches reports whether the host table of s's host link is
