@@ -85,6 +85,9 @@ type StatusRuns struct {
 	SecondMs float64   `json:"secondMs"`
 	Ms       []float64 `json:"ms"`
 	Dist     Dist      `json:"dist"`
+	// CPUMs is the CPU time (user and system) of each of the runs Ms.
+	CPUMs []float64 `json:"cpuMs"`
+	CPU   Dist      `json:"cpu"`
 	Exit     int       `json:"exit"`
 	Healthy  int       `json:"healthy"`
 }
@@ -104,6 +107,7 @@ func (s *Scale) summarize() {
 	s.Status = Summarize(s.StatusMs)
 	for i := range s.StatusRuns {
 		s.StatusRuns[i].Dist = Summarize(s.StatusRuns[i].Ms)
+		s.StatusRuns[i].CPU = Summarize(s.StatusRuns[i].CPUMs)
 	}
 	s.StatusOne = Summarize(s.StatusOneMs)
 	s.Down = Summarize(s.DownMs)

@@ -181,7 +181,7 @@ func (r *runner) scaleStatus(sc *Scale, nsNames []string) error {
 			if round%2 == 1 {
 				i = len(bins) - 1 - k
 			}
-			d, code, out, err := runAgentCmd(bins[i], r.t.U, append([]string{"status", "--json"}, nsNames...)...)
+			d, cpu, code, out, err := runAgentTimed(bins[i], r.t.U, append([]string{"status", "--json"}, nsNames...)...)
 			if err != nil {
 				return fmt.Errorf("scale status (%s): %w", bins[i].Path, err)
 			}
@@ -193,6 +193,7 @@ func (r *runner) scaleStatus(sc *Scale, nsNames []string) error {
 				sr.SecondMs = ms(d)
 			default:
 				sr.Ms = append(sr.Ms, ms(d))
+				sr.CPUMs = append(sr.CPUMs, ms(cpu))
 			}
 			sr.Exit = code
 			sr.Healthy, _ = healthyIn(out)
@@ -265,6 +266,21 @@ func pingFrom(ctx context.Context, ns, addr string) error {
 // err is set when it could not run, was killed (after 30 s) or exited 2
 // (bad input: its message).
 func runAgentCmd(bin *Binary, ns string, args ...string) (time.Duration, int, []byte, error) {
+	d, _, code, out, err := runAgentTimed(bin, ns, args...)
+	return d, code, out, err
+}
+
+// runAgentTimed is runAgentCmd that also returns the CPU time (user and
+// system) the process used: a figure the machine's other load inflates
+// far less than the wall time.
+func runAgentTimed(bin *Binary, ns string, args ...string) (time.Duration, time.Duration, int, []byte, error) {
+	d, code, out, err := runAgent(bin, ns, args...)
+	return d.wall, d.cpu, code, out, err
+}
+
+type runTimes struct{ wall, cpu time.Duration }
+
+func runAgent(bin *Binary, ns string, args ...string) (runTimes, int, []byte, error) {
 	var out, errb bytes.Buffer
 	cmd := bin.command(args...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -275,7 +291,7 @@ func runAgentCmd(bin *Binary, ns string, args ...string) (time.Duration, int, []
 	}
 	t0 := time.Now()
 	if err := start(); err != nil {
-		return 0, 0, nil, err
+		return runTimes{}, 0, nil, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -285,9 +301,12 @@ func runAgentCmd(bin *Binary, ns string, args ...string) (time.Duration, int, []
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		<-done
-		return 0, 0, nil, fmt.Errorf("%s %v: killed after 30s", bin.Path, args[0])
+		return runTimes{}, 0, nil, fmt.Errorf("%s %v: killed after 30s", bin.Path, args[0])
 	}
-	d := time.Since(t0)
+	d := runTimes{wall: time.Since(t0)}
+	if ps := cmd.ProcessState; ps != nil {
+		d.cpu = ps.UserTime() + ps.SystemTime()
+	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		return d, 0, nil, err
