@@ -86,10 +86,10 @@ type StatusRuns struct {
 	Ms       []float64 `json:"ms"`
 	Dist     Dist      `json:"dist"`
 	// CPUMs is the CPU time (user and system) of each of the runs Ms.
-	CPUMs []float64 `json:"cpuMs"`
-	CPU   Dist      `json:"cpu"`
-	Exit     int       `json:"exit"`
-	Healthy  int       `json:"healthy"`
+	CPUMs   []float64 `json:"cpuMs"`
+	CPU     Dist      `json:"cpu"`
+	Exit    int       `json:"exit"`
+	Healthy int       `json:"healthy"`
 }
 
 // summarize fills the distributions from the raw figures.
