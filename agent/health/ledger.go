@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/policy"
@@ -154,16 +155,8 @@ func (l *Ledger) gens() Generations {
 	return l.Gens
 }
 
-func (l *Ledger) ttl() time.Duration {
-	if l.TTL > 0 {
-		return l.TTL
-	}
-	return DefaultRecordTTL
-}
+func (l *Ledger) ttl() time.Duration { return cmp.Or(max(l.TTL, 0), DefaultRecordTTL) }
 
 func (l *Ledger) confirmAfter() time.Duration {
-	if l.ConfirmAfter > 0 {
-		return l.ConfirmAfter
-	}
-	return DefaultConfirmAfter
+	return cmp.Or(max(l.ConfirmAfter, 0), DefaultConfirmAfter)
 }

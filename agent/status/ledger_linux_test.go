@@ -14,8 +14,6 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
-	"github.com/vpn-confinement/vpn-confinement/agent/netns"
-	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 	"github.com/vpn-confinement/vpn-confinement/policy"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -36,15 +34,7 @@ func TestStatusRecordHidesNoTamperedTable(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("needs nft (to tamper with the table as an admin would)")
 	}
-	id, err := testbed.NewID("sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testbed.Remove(id) })
-	t.Cleanup(func() { os.RemoveAll(names.StateDir(id)) })
-	if err := netns.Create(id); err != nil {
-		t.Fatal(err)
-	}
+	id := newTestNamespace(t, "sl")
 	cfg := writeTestConfig(t, id)
 	spec, err := config.LoadSpec(cfg, config.Options{})
 	if err != nil {
@@ -54,14 +44,7 @@ func TestStatusRecordHidesNoTamperedTable(t *testing.T) {
 	if err := policy.Apply(want, names.Netns(id)); err != nil {
 		t.Fatal(err)
 	}
-	st := &engine.State{Name: id, Backend: "userspace", Interface: spec.Interface, ConfigPath: cfg, Started: time.Now().UTC()}
-	b, _ := json.Marshal(st)
-	if err := os.MkdirAll(names.StateDir(id), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(names.StateFile(id), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: spec.Interface, ConfigPath: cfg, Started: time.Now().UTC()})
 	get := func(what string) *Report {
 		t.Helper()
 		r, err := Get(id)
