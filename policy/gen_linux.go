@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -24,16 +26,22 @@ import (
 //
 // A GenWatch is used by one goroutine at a time.
 type GenWatch struct {
-	path string // the namespace file; "" is the calling thread's
-	conn *netlink.Conn
-	ino  uint64 // of the namespace conn lives in
+	path   string // the namespace file; "" is the calling thread's
+	conn   *netlink.Conn
+	ino    uint64 // of the namespace conn lives in
+	dev    uint64
+	cookie uint64
 }
 
 // Gen is one reading: the namespace (its inode, which the open socket
-// keeps from being reused) and its ruleset generation.
+// keeps from being reused, the device of the namespace file system, and
+// its SO_NETNS_COOKIE: unique for the boot, never reused, 0 where the
+// kernel has none) and its ruleset generation.
 type Gen struct {
-	Ident uint64
-	ID    uint32
+	Ident  uint64
+	Dev    uint64
+	Cookie uint64
+	ID     uint32
 }
 
 // NewGenWatch watches the namespace at nsPath; "" is the one the calling
@@ -79,7 +87,7 @@ func (w *GenWatch) read() (Gen, error) {
 	if err != nil {
 		return Gen{}, err
 	}
-	return Gen{Ident: w.ino, ID: id}, nil
+	return Gen{Ident: w.ino, Dev: w.dev, Cookie: w.cookie, ID: id}, nil
 }
 
 // open dials a netfilter netlink socket inside the namespace at path and
@@ -111,15 +119,31 @@ func (w *GenWatch) open(path string) error {
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
 	}
-	w.conn, w.ino = c, st.Ino
+	w.conn, w.ino, w.dev, w.cookie = c, st.Ino, st.Dev, netnsCookie(c)
 	return nil
+}
+
+// netnsCookie is the SO_NETNS_COOKIE of the namespace socket c lives in
+// (Linux 5.14); 0 when the kernel cannot say.
+func netnsCookie(c *netlink.Conn) uint64 {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var cookie uint64
+	rc.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_NETNS_COOKIE); err == nil {
+			cookie = v
+		}
+	})
+	return cookie
 }
 
 // Close closes the socket, if open.
 func (w *GenWatch) Close() {
 	if w.conn != nil {
 		w.conn.Close()
-		w.conn, w.ino = nil, 0
+		w.conn, w.ino, w.dev, w.cookie = nil, 0, 0, 0
 	}
 }
 
@@ -164,4 +188,98 @@ func getGen(c *netlink.Conn) (uint32, error) {
 		}
 	}
 	return 0, errors.New("no generation in the kernel's answer")
+}
+
+// Counters reads the named counters of the inet table name in the
+// watched namespace, as the package's Counters does, over the socket the
+// last Read used (one dump; no second socket entered into the namespace).
+// Read first: without an open socket it is an error, and on any error the
+// socket is closed.
+func (w *GenWatch) Counters(name string) ([]CounterState, error) {
+	if w.conn == nil {
+		return nil, errors.New("counters: no generation read on this watch")
+	}
+	out, err := dumpCounters(w.conn, name)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("counters of table %s %q in %s: %w", FamilyINet, name, nsName(w.path), err)
+	}
+	slices.SortFunc(out, func(a, b CounterState) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Named objects: NFT_MSG_GETOBJ dumped for one table and type, answered
+// by NFT_MSG_NEWOBJ with the counter's packets and bytes nested in
+// NFTA_OBJ_DATA.
+const (
+	nftMsgNewObj       = 18
+	nftMsgGetObj       = 19
+	nftaObjTable       = 1
+	nftaObjName        = 2
+	nftaObjType        = 3
+	nftaObjData        = 4
+	nftObjectCounter   = 1
+	nftaCounterBytes   = 1
+	nftaCounterPackets = 2
+)
+
+func dumpCounters(c *netlink.Conn, table string) ([]CounterState, error) {
+	ae := netlink.NewAttributeEncoder()
+	ae.ByteOrder = binary.BigEndian
+	ae.String(nftaObjTable, table)
+	ae.Uint32(nftaObjType, nftObjectCounter)
+	attrs, err := ae.Encode()
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := c.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(nfnlSubsysNF<<8 | nftMsgGetObj), Flags: netlink.Request | netlink.Dump},
+		Data:   append([]byte{unix.NFPROTO_INET, unix.NFNETLINK_V0, 0, 0}, attrs...),
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []CounterState
+	for _, m := range msgs {
+		if m.Header.Type != netlink.HeaderType(nfnlSubsysNF<<8|nftMsgNewObj) || len(m.Data) < 4 || m.Data[0] != unix.NFPROTO_INET {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return nil, err
+		}
+		ad.ByteOrder = binary.BigEndian
+		var tbl string
+		var typ uint32
+		var cs CounterState
+		for ad.Next() {
+			switch ad.Type() {
+			case nftaObjTable:
+				tbl = ad.String()
+			case nftaObjName:
+				cs.Name = ad.String()
+			case nftaObjType:
+				typ = ad.Uint32()
+			case nftaObjData:
+				ad.Nested(func(nd *netlink.AttributeDecoder) error {
+					for nd.Next() {
+						switch nd.Type() {
+						case nftaCounterBytes:
+							cs.Bytes = nd.Uint64()
+						case nftaCounterPackets:
+							cs.Packets = nd.Uint64()
+						}
+					}
+					return nil
+				})
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return nil, err
+		}
+		if tbl == table && typ == nftObjectCounter {
+			out = append(out, cs)
+		}
+	}
+	return out, nil
 }

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"fmt"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -58,6 +59,25 @@ func TestGenWatch(t *testing.T) {
 	}
 	if g := read(); g != g1 {
 		t.Errorf("counting packets (and Inspect) changed the generation: %+v, then %+v", g1, g)
+	}
+	if g1.Cookie == 0 {
+		t.Error("no SO_NETNS_COOKIE read for the namespace (kernel 5.14 has it)")
+	}
+	// The watch's own counter dump reads what policy.Counters reads (the
+	// probe packets included), on its one socket.
+	mine, err := w.Counters(r.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := policy.Counters(path, r.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(mine) != fmt.Sprint(theirs) || len(mine) == 0 {
+		t.Errorf("GenWatch.Counters %v, policy.Counters %v", mine, theirs)
+	}
+	if cs, err := w.Counters("no-such-table"); err != nil || len(cs) != 0 {
+		t.Errorf("another table's counters: %v, %v", cs, err)
 	}
 	if err := policy.SetForwarded(path, r.Name, policy.Forwarded{TCP: []uint16{40001}}); err != nil {
 		t.Fatal(err)

@@ -165,6 +165,16 @@ func (r *Ruleset) Fingerprint() string {
 	return exp.Fingerprint()
 }
 
+// Digest returns the digest the table has once r is applied
+// (State.Digest of the loaded table). It is "" if r cannot be lowered.
+func (r *Ruleset) Digest() string {
+	exp, err := expected(r)
+	if err != nil {
+		return ""
+	}
+	return exp.Digest()
+}
+
 // expected is the State Apply(r) produces, built from the same lowering.
 func expected(r *Ruleset) (*State, error) {
 	if err := r.Validate(); err != nil {

@@ -94,6 +94,16 @@ func (s *State) Dropped() uint64 {
 // same fingerprint (see Ruleset.Fingerprint); any change to the loaded
 // table changes it. It is "" when the table is not loaded.
 func (s *State) Fingerprint() string {
+	d := s.Digest()
+	if d == "" {
+		return ""
+	}
+	return d[:len("sha256:")+16]
+}
+
+// Digest is Fingerprint in full: the whole SHA-256, for a record that
+// names the table it vouches for. It is "" when the table is not loaded.
+func (s *State) Digest() string {
 	if !s.Loaded {
 		return ""
 	}
@@ -115,5 +125,5 @@ func (s *State) Fingerprint() string {
 			fmt.Fprintf(h, "rule %q %s\n", r.Comment, strings.Join(r.Exprs, "; "))
 		}
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }

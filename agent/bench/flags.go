@@ -44,6 +44,7 @@ type cliFlags struct {
 	outPath, svgPath, workloads, pace, shaping *string
 	foScenarios, foProbe                       *string
 	agentBin, refBin, unbounded, from          *string
+	statusBin                                  *string
 	samples, omit, cycles, foSamples, scale    *int
 }
 
@@ -60,6 +61,7 @@ func newFlags() *cliFlags {
 		refBin:      fs.String("reference-bin", "", "stock wireguard-go of the module version the agent embeds, for mode reference (default: "+ReferenceSibling+" next to vpn-bench, a same-version wireguard-go on PATH, or one built with go from this module)"),
 		unbounded:   fs.String("unbounded-config", DefaultUnbounded, "JSON object merged into the config of mode agent-unbounded's agent"),
 		scale:       fs.Int("scale", 0, "namespaces of the scale workload (default: quick 20, sustained 100)"),
+		statusBin:   fs.String("status-bin", "", "a second vpn-agent binary whose status of all namespaces the scale workload times too, alternating with the agent's own (an A/B of status in one run)"),
 		from:        fs.String("from", "", "measure nothing: read this benchmark.json, recompute its summary and targets, print them and write the chart (--svg, default next to it)"),
 		samples:     fs.Int("samples", 0, "samples (rounds) per workload and mode (default: the profile's)"),
 		duration:    fs.String("duration", "", "measured seconds per sample, e.g. 3s or 3 (default: the profile's)"),

@@ -46,6 +46,10 @@ type Options struct {
 	// findAgent). ReferenceBin is the same-version stock wireguard-go
 	// ("": see findReferences).
 	AgentBin, ReferenceBin string
+	// StatusBin is a second vpn-agent binary whose `status` the scale
+	// workload times against the same namespaces, alternating with the
+	// agent's own (an A/B of status in one run; "": none).
+	StatusBin string
 	// UnboundedFragment is the JSON object merged into the config of
 	// ModeUnbounded's agent ("": DefaultUnbounded).
 	UnboundedFragment string

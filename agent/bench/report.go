@@ -195,6 +195,12 @@ func printScale(w io.Writer, s *Scale) {
 	fmt.Fprintf(w, "  up (start to READY=1) %s ms; first %d %s, last %d %s, growth x%.2f\n", fmtDist(s.Up), s.Window, fmtDist(s.First), s.Window, fmtDist(s.Last), s.Growth)
 	fmt.Fprintf(w, "  handshakes of all %.2f s; idle per agent: RSS %s MiB (anonymous %s), PSS %s; peer %.1f MiB; idle CPU of all agents together %.3f CPUs\n", s.HandshakeSec, fmtDist(s.IdleRSS), fmtDist(s.IdleAnon), fmtDist(s.IdlePSS), float64(s.PeerRSSKiB)/1024, s.IdleCPU)
 	fmt.Fprintf(w, "  status --json of all %s ms (%d healthy, exit %d), of one %s ms; down each %s ms, all %.0f ms\n", fmtDist(s.Status), s.Healthy, s.StatusExit, fmtDist(s.StatusOne), fmtDist(s.Down), s.DownAllMs)
+	for _, sr := range s.StatusRuns {
+		fmt.Fprintf(w, "  status of all by %s: first %.1f ms, second %.1f ms, then %s ms, CPU %s ms (%d healthy, exit %d)\n", sr.Bin, sr.FirstMs, sr.SecondMs, fmtDist(sr.Dist), fmtDist(sr.CPU), sr.Healthy, sr.Exit)
+	}
+	if len(s.StatusLoad) == 2 {
+		fmt.Fprintf(w, "  1-minute load average before and after the status runs: %.2f, %.2f\n", s.StatusLoad[0], s.StatusLoad[1])
+	}
 	if len(s.Problems) > 0 {
 		fmt.Fprintf(w, "  status problems: %s\n", strings.Join(s.Problems, "; "))
 	}

@@ -20,10 +20,10 @@ func TestScaleTargets(t *testing.T) {
 		s                         *Scale
 		growth, status, rss, psss bool
 	}{
-		{"flat, fast, small", mk(0, 150, 9, 5), true, true, true, true},
-		{"ups grow 2x", mk(1, 150, 9, 5), false, true, true, true},
-		{"slow status", mk(0, 250, 9, 5), true, false, true, true},
-		{"RSS over, PSS under", mk(0, 150, 18, 5), true, true, false, true},
+		{"flat, fast, small", mk(0, 90, 9, 5), true, true, true, true},
+		{"ups grow 2x", mk(1, 90, 9, 5), false, true, true, true},
+		{"slow status (issue 25: over 100 ms)", mk(0, 150, 9, 5), true, false, true, true},
+		{"RSS over, PSS under", mk(0, 90, 18, 5), true, true, false, true},
 	} {
 		ts := scaleTargets(c.s)
 		for name, want := range map[string]bool{"scale-up-growth": c.growth, "scale-status-all-ms": c.status, "scale-idle-rss-mib": c.rss, "scale-idle-pss-mib": c.psss} {

@@ -44,6 +44,10 @@ type Target struct {
 	// agent's: engine.Engine.PinRuleset; nil ruleset: none). Nil: the pin
 	// table is not checked.
 	Pin func() (*policy.Ruleset, error)
+	// Ledger, for status, skips reading back a kill switch that status
+	// itself found right under the namespace's current nf_tables
+	// generation (see Ledger). Nil: it is read in full.
+	Ledger *Ledger
 
 	gates *Watcher // nil: every table is read in full
 }
@@ -74,7 +78,7 @@ func Inspect(t Target) *Report {
 	if t.gates != nil {
 		table, link, host, pin = &t.gates.Table, &t.gates.Link, &t.gates.Host, &t.gates.Pin
 	}
-	inspectPolicy(r, t.Spec, t.want, t.Forwarded, table, t.Peers)
+	inspectPolicy(r, t.Spec, t.want, t.Forwarded, table, t.Ledger, t.Peers)
 	if wireguard.Stopped(t.Tunnel) {
 		r.Add(DataPlaneDead, "WireGuard data plane for %s stopped", r.Interface)
 	}

@@ -9,16 +9,38 @@ import (
 
 // inspectPolicy reads the kill switch back from the kernel: whether it is
 // loaded, whether it is exactly what the spec compiles to (when known),
-// its rule count and its drop counters. With a gate, a table unchanged
-// since it last matched is not read again (see Gate).
-// With counters, a skipped read still reads the drop counters (one dump).
-// want compiles what the table must be (nil ruleset: loaded is enough).
-func inspectPolicy(r *Report, s *config.Spec, want func(*config.Spec) (*policy.Ruleset, error), fwd policy.Forwarded, g *Gate[Policy], counters bool) {
+// its rule count and its drop counters. With a gate (the watchdog's) or a
+// ledger (status's), a table unchanged since it last matched is not read
+// again (see Gate, Ledger). With counters, a skipped read still reads the
+// drop counters (one dump). want compiles what the table must be (nil
+// ruleset: loaded is enough).
+func inspectPolicy(r *Report, s *config.Spec, want func(*config.Spec) (*policy.Ruleset, error), fwd policy.Forwarded, g *Gate[Policy], l *Ledger, counters bool) {
+	var rs *policy.Ruleset
+	var rsErr error
+	compiled := false
+	compile := func() {
+		if !compiled && s != nil {
+			if rs, rsErr = want(s); rs != nil {
+				rs = rs.WithForwarded(fwd)
+			}
+		}
+		compiled = true
+	}
+	digest := ""
+	if l != nil { // the ledger needs the expected table's digest first; a gate does not
+		if compile(); rs != nil && rsErr == nil {
+			digest = rs.Digest()
+		}
+	}
 	p, skip, facts := g.begin(s, fwd)
+	lp, rec := l.begin(digest)
+	if rec != nil {
+		skip, facts = true, Policy{Loaded: true, Matches: true, Rules: rec.Rules}
+	}
 	if skip && counters {
 		// The table is unchanged, its counters not: read them alone. None
 		// (or an error) means something is off after all: read it all.
-		cs, err := policy.Counters(netns.Path(r.Name), names.Table)
+		cs, err := l.counters(r.Name, rec != nil)
 		if skip = err == nil && len(cs) > 0; skip {
 			facts.Drops = drops(cs)
 		}
@@ -27,7 +49,11 @@ func inspectPolicy(r *Report, s *config.Spec, want func(*config.Spec) (*policy.R
 		r.Policy = facts
 		return
 	}
-	defer func() { g.verified(p, s, fwd, r.Policy.Loaded && r.Policy.Matches, r.Policy) }()
+	defer func() {
+		ok := r.Policy.Loaded && r.Policy.Matches
+		g.verified(p, s, fwd, ok, r.Policy)
+		l.verified(lp, digest, ok, r.Policy.Rules)
+	}()
 	st, err := policy.Inspect(netns.Path(r.Name), names.Table)
 	if err != nil {
 		r.Add(PolicyUnreadable, "cannot check the kill-switch table: %v", err)
@@ -43,19 +69,31 @@ func inspectPolicy(r *Report, s *config.Spec, want func(*config.Spec) (*policy.R
 	if s == nil {
 		return
 	}
-	rs, err := want(s)
-	if err != nil {
-		r.Add(PolicyUnreadable, "cannot compile the kill switch to compare: %v", err)
+	if compile(); rsErr != nil {
+		r.Add(PolicyUnreadable, "cannot compile the kill switch to compare: %v", rsErr)
 		return
 	}
 	if rs == nil {
 		return
 	}
-	if err := st.Verify(rs.WithForwarded(fwd)); err != nil {
+	if err := st.Verify(rs); err != nil {
 		r.Add(PolicyChanged, "kill-switch table was changed: %v", err)
 		return
 	}
 	r.Policy.Matches = true
+}
+
+// counters reads the kill switch's named counters of namespace name: on
+// the socket the ledger read the generation on, when it vouched (one
+// dump, no second socket in the namespace), else on a socket of their
+// own.
+func (l *Ledger) counters(name string, vouched bool) ([]policy.CounterState, error) {
+	if c, ok := l.gens().(interface {
+		Counters(table string) ([]policy.CounterState, error)
+	}); ok && vouched {
+		return c.Counters(names.Table)
+	}
+	return policy.Counters(netns.Path(name), names.Table)
 }
 
 // hostPolicyMatches reports whether the host table of s's host link is

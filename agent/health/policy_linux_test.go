@@ -26,7 +26,7 @@ func TestInspectPolicyUnreadableIsNotMissing(t *testing.T) {
 	}
 	inspect := func() *Report {
 		r := &Report{Name: id}
-		inspectPolicy(r, s, Target{}.want, policy.Forwarded{}, nil, true)
+		inspectPolicy(r, s, Target{}.want, policy.Forwarded{}, nil, nil, true)
 		return r
 	}
 	if r := inspect(); !r.Healthy() || !r.Policy.Loaded {

@@ -129,6 +129,13 @@ func ForwardState(id uint64) string {
 // handshake was first seen (health tells an idle tunnel from a dead peer).
 func TxMarks(ns string) string { return filepath.Join(StateDir(ns), "txmarks.json") }
 
+// Verified records the last full read of namespace ns's kill switch by
+// `status` that found it exactly as expected: the namespace (its cookie),
+// its nf_tables generation then and the digest of the expected table. A
+// later status that finds the same generation of the same namespace and
+// expects the same table reads only the counters (health.Ledger).
+func Verified(ns string) string { return filepath.Join(StateDir(ns), "verified.json") }
+
 // ForwardedPort holds the port the provider forwards, a number and a
 // newline, while a lease lives (removed when it is lost).
 func ForwardedPort(ns string) string { return filepath.Join(StateDir(ns), "forwarded_port") }

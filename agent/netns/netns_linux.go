@@ -144,17 +144,22 @@ func Open(name string) (vnetns.NsHandle, error) {
 }
 
 // Handle returns a netlink handle whose sockets live in the named
-// namespace; no thread ever switches namespace.
+// namespace; no thread ever switches namespace. It is an rtnetlink
+// handle (links, addresses, routes, rules): a method of another netlink
+// family would open its socket in the caller's namespace.
 func Handle(name string) (*netlink.Handle, error) {
 	if IsCurrent(name) {
-		return netlink.NewHandle() // no setns: it needs CAP_SYS_ADMIN, which a sidecar has not
+		return netlink.NewHandle(unix.NETLINK_ROUTE) // no setns: it needs CAP_SYS_ADMIN, which a sidecar has not
 	}
 	ns, err := Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	// rtnetlink only: the library's default also opens an XFRM and a
+	// netfilter socket, each entering the namespace and back, which no
+	// caller uses (status paid three per namespace).
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in netns %q: %w", name, err)
 	}

@@ -24,15 +24,7 @@ func TestStatusListsEveryProblem(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a network namespace")
 	}
-	id, err := testbed.NewID("sp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testbed.Remove(id) })
-	t.Cleanup(func() { os.RemoveAll(names.StateDir(id)) })
-	if err := netns.Create(id); err != nil {
-		t.Fatal(err)
-	}
+	id := newTestNamespace(t, "sp")
 	// A stand-in for the running agent (status checks its pid and name).
 	agent := exec.Command("sleep", "60")
 	agent.Args[0] = "vpn-agent-status-test"
@@ -42,14 +34,7 @@ func TestStatusListsEveryProblem(t *testing.T) {
 	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
 	write := func(l *engine.Liveness) {
 		t.Helper()
-		st := &engine.State{Name: id, Backend: "userspace", Interface: names.Tunnel(id), PID: agent.Process.Pid, Started: time.Now().UTC(), Liveness: l}
-		b, _ := json.Marshal(st)
-		if err := os.MkdirAll(filepath.Dir(names.StateFile(id)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(names.StateFile(id), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: names.Tunnel(id), PID: agent.Process.Pid, Started: time.Now().UTC(), Liveness: l})
 	}
 	has := func(r *Report, s string) bool { return strings.Contains(strings.Join(r.Problems, "\n"), s) }
 
@@ -71,5 +56,33 @@ func TestStatusListsEveryProblem(t *testing.T) {
 		if !has(r, want) {
 			t.Errorf("status with the agent retrying does not list %q: %q", want, r.Problems)
 		}
+	}
+}
+
+// newTestNamespace makes a namespace of a unique name with prefix,
+// removed (with its state directory) when the test ends.
+func newTestNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	id, err := testbed.NewID(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testbed.Remove(id) })
+	t.Cleanup(func() { os.RemoveAll(names.StateDir(id)) })
+	if err := netns.Create(id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// writeState writes st as its namespace's agent state file.
+func writeState(t *testing.T, st *engine.State) {
+	t.Helper()
+	b, _ := json.Marshal(st)
+	if err := os.MkdirAll(filepath.Dir(names.StateFile(st.Name)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(names.StateFile(st.Name), b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
 	"github.com/vpn-confinement/vpn-confinement/agent/netns"
 	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 	"github.com/vpn-confinement/vpn-confinement/policy"
@@ -103,6 +104,15 @@ func Get(name string) (*Report, error) {
 		if t.Spec != nil && len(t.Spec.Pool) > 0 {
 			pool = len(t.Spec.Pool)
 		}
+	}
+	if st != nil {
+		// The kill switch is read back in full only when the namespace's
+		// nf_tables generation moved since status last found it right
+		// (or never did): the kernel's word and status's own, not the
+		// agent's.
+		gens := policy.NewGenWatch(netns.Path(name))
+		defer gens.Close()
+		t.Ledger = &health.Ledger{Path: names.Verified(name), Gens: gens}
 	}
 	h := health.Inspect(t)
 	switch {

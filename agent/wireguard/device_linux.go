@@ -2,8 +2,12 @@ package wireguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/names"
@@ -65,10 +69,14 @@ func Applied(t Tunnel) (wgtypes.Config, bool) {
 // in the host namespace: it is asked from this thread. A kernel device is
 // asked inside the namespace. The private key never leaves this function.
 func ReadDevice(ns, iface string) (*Device, error) {
-	in := func(f func() error) error { return netns.Do(ns, f) }
-	if _, err := os.Stat(names.UAPISocket(iface)); err == nil {
-		in = func(f func() error) error { return f() }
+	if sock := names.UAPISocket(iface); fileExists(sock) {
+		d, err := readUAPISocket(sock)
+		if err != nil {
+			return nil, fmt.Errorf("read wireguard %q: %w", iface, err)
+		}
+		return d, nil
 	}
+	in := func(f func() error) error { return netns.Do(ns, f) }
 	var out *Device
 	err := in(func() error {
 		c, err := wgctrl.New()
@@ -91,4 +99,50 @@ func ReadDevice(ns, iface string) (*Device, error) {
 		return nil, fmt.Errorf("read wireguard %q: %w", iface, err)
 	}
 	return out, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// uapiTimeout bounds a read of a userspace device's UAPI socket.
+const uapiTimeout = 5 * time.Second
+
+// readUAPISocket asks the userspace device whose UAPI socket is at path
+// for its configuration: one dial and one "get", as wgctrl does, but
+// without asking genetlink first and listing every socket of the
+// directory (with N namespaces each read listed N sockets). The answer,
+// which holds the private key, is read into one buffer that is wiped
+// (and so is every smaller one it outgrew).
+func readUAPISocket(path string) (*Device, error) {
+	c, err := net.DialTimeout("unix", path, uapiTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(uapiTimeout))
+	if _, err := io.WriteString(c, "get=1\n\n"); err != nil {
+		return nil, err
+	}
+	buf, n := make([]byte, 16<<10), 0
+	defer func() { clear(buf) }()
+	// The answer ends with an empty line ("errno=0\n\n").
+	for n < 2 || buf[n-2] != '\n' || buf[n-1] != '\n' {
+		if n == len(buf) {
+			if len(buf) >= 1<<20 {
+				return nil, errors.New("uapi: answer over 1 MiB")
+			}
+			bigger := make([]byte, 2*len(buf))
+			copy(bigger, buf)
+			clear(buf)
+			buf = bigger
+		}
+		m, err := c.Read(buf[n:])
+		n += m
+		if err != nil {
+			return nil, fmt.Errorf("uapi: %w", err)
+		}
+	}
+	return parseUAPI(buf[:n], func(k *wgtypes.Key) wgtypes.Key { return k.PublicKey() })
 }

@@ -20,6 +20,7 @@ import (
 	"golang.zx2c4.com/wireguard/ipc"
 	"golang.zx2c4.com/wireguard/tun"
 	"golang.zx2c4.com/wireguard/tun/tuntest"
+	"golang.zx2c4.com/wireguard/wgctrl"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
@@ -164,12 +165,29 @@ func TestDeviceInProcessAsWgctrl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs, err := ReadDevice("", u.name)
+	c, err := wgctrl.New()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
+	wd, err := c.Device(u.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := &Device{PublicKey: wd.PublicKey, ListenPort: wd.ListenPort, FirewallMark: wd.FirewallMark, Peers: wd.Peers}
+	for i := range theirs.Peers {
+		theirs.Peers[i].PresharedKey = wgtypes.Key{} // as every read of ours hands them out
+	}
 	if a, b := describe(mine), describe(theirs); a != b {
 		t.Fatalf("in process:\n%s\nwgctrl:\n%s", a, b)
+	}
+	// ReadDevice (status's read) dials the socket itself: the same again.
+	socket, err := ReadDevice("", u.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := describe(socket), describe(theirs); a != b {
+		t.Fatalf("ReadDevice:\n%s\nwgctrl:\n%s", a, b)
 	}
 }
 
