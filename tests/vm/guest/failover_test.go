@@ -319,7 +319,12 @@ func kernelFailover(t *testing.T, shared bool) {
 	if len(tables.missing) > 0 {
 		t.Errorf("the kill switch table was missing in %d of %d listings during the switch:\n%s", len(tables.missing), tables.polls, strings.Join(tables.missing, "\n"))
 	}
-	if tables.polls < 20 {
+	// What proves the listings covered the switch is that they saw the table replaced (the
+	// handles, below); a floor on their number only guards against a poller that barely ran.
+	// Each listing is an nft process in a TCG guest (often 100-500 ms on a loaded machine),
+	// and a warm-standby switch takes a few seconds: 20 listings failed there without any
+	// other sign of trouble.
+	if tables.polls < 4 {
 		t.Errorf("only %d table listings during the switch: proves too little", tables.polls)
 	}
 	if len(tables.handles) < 2 || tables.handles[0] != before.handles[0] {
