@@ -95,7 +95,7 @@ func Get(name string) (*Report, error) {
 	if st != nil && st.ConfigPath != "" {
 		t.Spec, configErr = config.LoadSpec(st.ConfigPath, config.Options{})
 		if t.Spec != nil && st.Mode == engine.ModeSidecar && running {
-			t.Ruleset = sidecarRuleset(t.Spec, st.PID)
+			t.Ruleset = sidecarRuleset(t.Spec, st.PID, st.Backend)
 		}
 		// After a failover the kill switch is the active server's.
 		if t.Spec != nil && st.Server > 0 && st.Server < len(t.Spec.Pool) {
@@ -149,14 +149,22 @@ func Get(name string) (*Report, error) {
 }
 
 // sidecarRuleset compiles the kill switch the sidecar agent pid loads
-// for a server of full's pool: it names that agent's cgroup. Without the
-// agent the table is only checked for being loaded (health.Target).
-func sidecarRuleset(full *config.Spec, pid int) func(*config.Spec) (*policy.Ruleset, error) {
+// for a server of full's pool: it names that agent's cgroup, and with the
+// kernel backend (the state file's) the tunnel's port-and-mark rule, as
+// engine's sidecarVariant does. Without the agent the table is only
+// checked for being loaded (health.Target).
+func sidecarRuleset(full *config.Spec, pid int, backend config.Backend) func(*config.Spec) (*policy.Ruleset, error) {
+	return sidecarRulesetOf(full, backend, func() (policy.AgentSocket, error) { return policy.AgentSocketOf(pid) })
+}
+
+// sidecarRulesetOf is sidecarRuleset with the agent's cgroup from agentOf.
+func sidecarRulesetOf(full *config.Spec, backend config.Backend, agentOf func() (policy.AgentSocket, error)) func(*config.Spec) (*policy.Ruleset, error) {
 	return func(s *config.Spec) (*policy.Ruleset, error) {
-		agent, err := policy.AgentSocketOf(pid)
+		agent, err := agentOf()
 		if err != nil {
 			return nil, err
 		}
+		agent.Kernel = backend == config.BackendKernel
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		eps, err := engine.PoolEndpoints(ctx, full)

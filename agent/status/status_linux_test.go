@@ -2,11 +2,17 @@ package status
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/health"
+	"github.com/vpn-confinement/vpn-confinement/agent/names"
+	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
 // A status report is its health report rendered: the same problems, once
@@ -55,5 +61,32 @@ func TestJSONFields(t *testing.T) {
 	}
 	if want := []string{"endpoint", "handshakeAgeSeconds", "keepaliveSeconds", "latestHandshake", "rxBytes", "txBytes"}; !slices.Equal(keys(m["peers"].([]any)[0].(map[string]any)), want) {
 		t.Errorf("peer fields %q, want %q", keys(m["peers"].([]any)[0].(map[string]any)), want)
+	}
+}
+
+// status (a process of its own) expects the sidecar kill switch the agent
+// loads: with the kernel backend recorded in the state file, the tunnel's
+// port-and-mark rule, without it none. It once expected the userspace
+// table on the kernel backend and called the agent's table "changed".
+func TestSidecarRulesetFollowsTheBackend(t *testing.T) {
+	agentOf := func() (policy.AgentSocket, error) { return policy.AgentSocket{CgroupID: 4242, Level: 3}, nil }
+	s := &config.Spec{
+		Name: "pod", Interface: "vc-pod", ListenPort: names.SidecarListenPort,
+		Addresses: []netip.Prefix{netip.MustParsePrefix("10.2.0.2/32")},
+		DNSMode:   config.DNSStrict, DNS: []netip.Addr{netip.MustParseAddr("10.2.0.1")},
+		Peers:   []config.PeerSpec{{Endpoint: "198.51.100.1:51820"}},
+		Sidecar: &config.Sidecar{},
+	}
+	for _, tc := range []struct {
+		backend config.Backend
+		want    bool
+	}{{config.BackendKernel, true}, {config.BackendUserspace, false}} {
+		r, err := sidecarRulesetOf(s, tc.backend, agentOf)(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(r.Render(), fmt.Sprintf("meta mark 0x%08x udp sport %d", names.SidecarFwMark, names.SidecarListenPort)); got != tc.want {
+			t.Errorf("backend %s: port-and-mark rule %t, want %t", tc.backend, got, tc.want)
+		}
 	}
 }

@@ -213,6 +213,17 @@ func (mx *matrix) runSidecar(t *testing.T) {
 	x.state(scWant{col: "S4", cluster: wantReach, allowed: wantReach, resolver: wantReach, resolverAnswer: testbed.Prov2Tunnel4}, func(a *scAct) {
 		rc, st := s.ag.StatusJSON(t, s.name)
 		a.check(t, rc == 0 && harness.JSONField(st, "server", "index") == 0.0, "sidecar S4: before the failover the agent should be healthy on the first server: exit %d, server %v", rc, st["server"])
+		if rc != 0 || harness.JSONField(st, "server", "index") != 0.0 {
+			for _, c := range [][]string{{"wg", "show"}, {"ip", "rule"}, {"ip", "route", "show", "table", "all"}, {"nft", "list", "ruleset"}, {"ss", "-uanp"}} {
+				out, _ := harness.Output(s.pod, c...)
+				t.Logf("pod: %v:\n%s", c, out)
+			}
+			for _, c := range [][]string{{"nft", "list", "ruleset"}, {"ss", "-uan"}} {
+				out, _ := harness.Output(s.tp.Host, c...)
+				t.Logf("node: %v:\n%s", c, out)
+			}
+			t.Logf("status: %v", st)
+		}
 		died := time.Now()
 		must(t, s.tp.Provider.Kill())
 		var switched time.Duration

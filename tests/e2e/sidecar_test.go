@@ -162,7 +162,9 @@ func newSidecarPod(t *testing.T, o sidecarPodOptions) *sidecarPod {
 			ClusterDNS:     &config.ClusterDNSOptions{Server: clusterDNS4.String(), Domains: []string{"cluster.local"}},
 		}
 		c.Metrics.Listen = netip.AddrPortFrom(podAddr4, podMetrics).String()
-		c.Health.Probe = &config.Probe{Address: harness.AP(probeAt, testbed.EchoPort).String(), Interval: "1s", Failures: 2}
+		// 2 s and 3 failures: a 1 s probe (0.5 s timeout) misjudged the
+		// tunnel dead in the VM tier's TCG guest.
+		c.Health.Probe = &config.Probe{Address: harness.AP(probeAt, testbed.EchoPort).String(), Interval: "2s", Failures: 3}
 		if o.edit != nil {
 			o.edit(c)
 		}
