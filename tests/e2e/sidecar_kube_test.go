@@ -483,6 +483,16 @@ func TestSidecarKubePlay(t *testing.T) {
 		if hits := harness.Hits(t, tp.Decoy, mark); len(hits) == 0 {
 			t.Fatal("control: the decoy logged nothing of the node's echo")
 		}
+		// Its connection's teardown must not fall into the next capture
+		// (CI once saw the decoy's late FIN there as "more than
+		// WireGuard"): wait until the node holds nothing to the decoy but
+		// TIME-WAIT.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			out, _ := harness.Output(node, "ss", "-Htn", "state", "connected", "exclude", "time-wait", "dst", testbed.DecoyTarget4.String())
+			if strings.TrimSpace(string(out)) == "" {
+				break
+			}
+		}
 	})
 	t.Run("outside the tunnel", func(t *testing.T) { leaks(t, "up") })
 
