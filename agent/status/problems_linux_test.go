@@ -2,6 +2,7 @@ package status
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +33,13 @@ func TestStatusListsEveryProblem(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
+	// Until the child has exec'd, its /proc entry is the test binary's
+	// (CI once ran status in that window and found no agent).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", agent.Process.Pid)); strings.HasPrefix(string(b), agent.Args[0]) || time.Now().After(deadline) {
+			break
+		}
+	}
 	write := func(l *engine.Liveness) {
 		t.Helper()
 		writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: names.Tunnel(id), PID: agent.Process.Pid, Started: time.Now().UTC(), Liveness: l})
