@@ -76,6 +76,15 @@ func PoolEndpoints(ctx context.Context, s *config.Spec) ([]netip.AddrPort, error
 	return out, nil
 }
 
+// SidecarAgent is how the sidecar kill switch knows the tunnel's packets
+// on backend b: the agent's sockets by agent's cgroup and, for the kernel,
+// whose packets carry no socket of the agent, the device's port and mark
+// (policy.AgentSocket.Kernel). The agent and status both compile with it.
+func SidecarAgent(agent policy.AgentSocket, b config.Backend) policy.AgentSocket {
+	agent.Kernel = b == config.BackendKernel
+	return agent
+}
+
 func (*sidecarVariant) mode() string { return ModeSidecar }
 
 // check: there is no namespace or host link to take over; an interface
@@ -90,9 +99,7 @@ func (v *sidecarVariant) build(ctx context.Context, e *Engine, inst *Instance) (
 	j := &journal{log: log}
 	defer j.rollbackOn(&err)
 	inst.Adopted = true // the namespace is the one the agent was started in
-	// The kernel's packets carry no socket of the agent: the kill switch
-	// knows them by the device's port and mark (policy.AgentSocket).
-	v.agent.Kernel = inst.Backend == config.BackendKernel
+	v.agent = SidecarAgent(v.agent, inst.Backend)
 	// The kill switch first, before the tunnel or a route can carry
 	// anything; replaced atomically, never removed, also on rollback.
 	if err := applyPolicy(sys.fw, v, s, policy.Forwarded{}, false); err != nil {

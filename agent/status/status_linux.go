@@ -164,7 +164,7 @@ func sidecarRulesetOf(full *config.Spec, backend config.Backend, agentOf func() 
 		if err != nil {
 			return nil, err
 		}
-		agent.Kernel = backend == config.BackendKernel
+		agent = engine.SidecarAgent(agent, backend)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		eps, err := engine.PoolEndpoints(ctx, full)
