@@ -18,16 +18,6 @@ type scenario struct {
 	modes     []Mode
 }
 
-// scenarios are the shaped links offered when netem exists.
-var scenarios = []struct {
-	name  string
-	netem []string
-	desc  string
-}{
-	{"delay20ms", []string{"delay", "10ms"}, "10 ms each way (20 ms added round trip)"},
-	{"loss1pct", []string{"delay", "5ms", "loss", "0.5%"}, "5 ms and 0.5% loss each way (about 1% per round trip)"},
-}
-
 // shapingPlan detects sch_netem and returns the scenarios to run. It
 // records why none run. It never emulates shaping any other way.
 func (r *runner) shapingPlan() []scenario {
