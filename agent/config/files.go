@@ -17,10 +17,11 @@ const maxFileSize = 1 << 20
 // fileRule says what a file the agent reads must satisfy besides being a
 // regular file owned by root (or the agent's own user).
 type fileRule struct {
-	field   string      // the field naming the file, for errors
-	deny    os.FileMode // permission bits that must be clear
-	what    string      // "readable or writable" / "writable", for errors
-	anyUser bool        // owner not checked: build-time validation, which runs unprivileged and changes nothing
+	field   string                            // the field naming the file, for errors
+	deny    os.FileMode                       // permission bits that must be clear
+	what    string                            // "readable or writable" / "writable", for errors
+	anyUser bool                              // owner not checked: build-time validation, which runs unprivileged and changes nothing
+	seen    func(path string, st os.FileInfo) // Options.Seen
 }
 
 var (
@@ -62,6 +63,9 @@ func readTrusted(path string, r fileRule) ([]byte, error) {
 	}
 	if st.Size() > maxFileSize {
 		return nil, fieldErr(r.field, "check the path: this is no config or wg-quick file", "%s is larger than 1 MiB", path)
+	}
+	if r.seen != nil {
+		r.seen(path, st)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
@@ -182,7 +186,11 @@ func fixMode(perm, deny os.FileMode) string { return fmt.Sprintf("%o", perm&^den
 
 // readSecret reads a secret file (a wg-quick file or a key); its content
 // is never logged or echoed.
-func readSecret(field, path string) ([]byte, error) { return readTrusted(path, secretRule(field)) }
+func readSecret(field, path string, seen func(string, os.FileInfo)) ([]byte, error) {
+	r := secretRule(field)
+	r.seen = seen
+	return readTrusted(path, r)
+}
 
 func unwrapPathErr(err error) error {
 	var pe *os.PathError

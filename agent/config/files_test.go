@@ -134,3 +134,37 @@ func TestConfigFileChecks(t *testing.T) {
 		}
 	})
 }
+
+// Options.Seen hears of every file LoadSpec reads (status keys what it
+// derives from them by their identity): the config, the key file, each
+// wg-quick file of a pool, each with what fstat said of it.
+func TestLoadSpecReportsEveryFileRead(t *testing.T) {
+	f := newFixture(t)
+	nl := f.secondServer(t, "10.3.0.1", "198.51.100.2:51820")
+	for name, wg := range map[string]map[string]any{
+		"structured, a key file":   f.structured()["wireguard"].(map[string]any),
+		"a pool of wg-quick files": {"configFiles": []any{f.wgFile, nl}},
+	} {
+		cfg := filepath.Join(f.dir, "config.json")
+		c := f.structured()
+		c["wireguard"] = wg
+		write(t, cfg, string(marshal(t, c)), 0o600)
+		seen := map[string]os.FileInfo{}
+		if _, err := LoadSpec(cfg, Options{Seen: func(p string, st os.FileInfo) { seen[p] = st }}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := []string{cfg, f.keyFile}
+		if _, ok := wg["configFiles"]; ok {
+			want = []string{cfg, f.wgFile, nl}
+		}
+		if len(seen) != len(want) {
+			t.Errorf("%s: seen %v, want %v", name, seen, want)
+		}
+		for _, p := range want {
+			st, err := os.Stat(p)
+			if seen[p] == nil || err != nil || !os.SameFile(seen[p], st) || seen[p].Size() != st.Size() {
+				t.Errorf("%s: %s seen as %v (the file: %v, %v)", name, p, seen[p], st, err)
+			}
+		}
+	}
+}

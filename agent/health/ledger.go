@@ -10,8 +10,13 @@ import (
 // recordVersion names the record's format and the check a full read makes
 // (policy.State.Verify). A change to either bumps it, so that a record
 // written by an older status never vouches for a table a newer one would
-// judge differently.
-const recordVersion = 1
+// judge differently. Version 2 added Inputs. The record's file name
+// (names.Verified) changes with it, so that two versions of status on one
+// host (an upgrade, an A/B) do not discard each other's records.
+const recordVersion = 2
+
+// RecordVersion is the record format's version, for tests that forge one.
+const RecordVersion = recordVersion
 
 // Ledger defaults.
 const (
@@ -45,6 +50,9 @@ type Record struct {
 	// Confirmed: a second full read, ConfirmAfter or more after the
 	// first, matched under the same generation.
 	Confirmed bool `json:"confirmed"`
+	// Inputs is the Ledger's Inputs when the record was written: what
+	// Digest was derived from (see Ledger.Inputs).
+	Inputs string `json:"inputs,omitempty"`
 }
 
 // binds reports whether r speaks of generation g of g's namespace and of
@@ -86,10 +94,20 @@ type Ledger struct {
 	Now          func() time.Duration
 	TTL          time.Duration // 0: DefaultRecordTTL
 	ConfirmAfter time.Duration // 0: DefaultConfirmAfter
+	// Inputs names everything the expected table is derived from (status:
+	// the identity of each file the config was loaded from, of its own
+	// executable, the server of the pool, the forwarded ports; see
+	// status.Get); "" when not known. A record written under the same
+	// Inputs gives the expected table's digest without compiling the
+	// table (Known): the inputs the same, so is the table.
+	Inputs string
 
 	// Reads and Skips count the inspections that read the table and
-	// those that did not.
-	Reads, Skips int
+	// those that did not; Known those whose digest came from the record.
+	Reads, Skips, Known int
+
+	rec    *Record // the record known read, for begin
+	loaded bool
 }
 
 // ledgerPass is one inspection's ticket: the generation read before the
@@ -110,12 +128,19 @@ func (l *Ledger) begin(digest string) (ledgerPass, *Record) {
 		return ledgerPass{}, nil
 	}
 	p := ledgerPass{at: l.now()}
+	rec := l.record()
 	if g, err := l.Gens.Read(); err == nil && g.Cookie != 0 {
-		p.gen, p.valid = g, true
-		p.rec = l.load()
+		p.gen, p.valid, p.rec = g, true, rec
 	}
 	if r := p.rec; r.binds(p.gen, digest) && r.Confirmed && p.at >= time.Duration(r.LastNs) && p.at-time.Duration(r.LastNs) < l.ttl() {
 		l.Skips++
+		if l.Inputs != "" && r.Inputs != l.Inputs {
+			// digest was compiled from Inputs (known needs them equal): the
+			// record may name them, so that the next status need not.
+			c := *r
+			c.Inputs = l.Inputs
+			l.save(&c)
+		}
 		return p, r
 	}
 	l.Reads++
@@ -139,12 +164,37 @@ func (l *Ledger) verified(p ledgerPass, digest string, ok bool, rules int) {
 		return
 	}
 	r := &Record{Version: recordVersion, Cookie: p.gen.Cookie, Inode: p.gen.Ident, Dev: p.gen.Dev, Gen: p.gen.ID,
-		Digest: digest, Rules: rules, FirstNs: int64(p.at), LastNs: int64(p.at)}
+		Digest: digest, Rules: rules, FirstNs: int64(p.at), LastNs: int64(p.at), Inputs: l.Inputs}
 	if old := p.rec; old.binds(p.gen, digest) && p.at >= time.Duration(old.FirstNs) {
 		r.FirstNs = old.FirstNs
 		r.Confirmed = old.Confirmed || p.at-time.Duration(old.FirstNs) >= l.confirmAfter()
 	}
 	l.save(r)
+}
+
+// known returns the expected table's digest as the record holds it when
+// the record was written under the same Inputs, else "": the table must
+// be compiled. A nil Ledger knows none.
+func (l *Ledger) known() string {
+	if l == nil || l.Inputs == "" {
+		return ""
+	}
+	l.rec, l.loaded = l.load(), true // for begin
+	if r := l.rec; r != nil && r.Version == recordVersion && r.Inputs == l.Inputs && r.Digest != "" {
+		l.Known++
+		return r.Digest
+	}
+	return ""
+}
+
+// record is the record file's content (nil: none): as known read it
+// just before, else read now.
+func (l *Ledger) record() *Record {
+	if l.loaded {
+		l.loaded = false
+		return l.rec
+	}
+	return l.load()
 }
 
 // gens is the ledger's generation reader, nil for a nil Ledger.

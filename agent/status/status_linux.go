@@ -92,8 +92,9 @@ func Get(name string) (*Report, error) {
 	}
 	var configErr error
 	pool := 1
+	in := newInputs()
 	if st != nil && st.ConfigPath != "" {
-		t.Spec, configErr = config.LoadSpec(st.ConfigPath, config.Options{})
+		t.Spec, configErr = config.LoadSpec(st.ConfigPath, config.Options{Seen: in.seen})
 		if t.Spec != nil && st.Mode == engine.ModeSidecar && running {
 			t.Ruleset = sidecarRuleset(t.Spec, st.PID, st.Backend)
 		}
@@ -113,6 +114,10 @@ func Get(name string) (*Report, error) {
 		gens := policy.NewGenWatch(netns.Path(name))
 		defer gens.Close()
 		t.Ledger = &health.Ledger{Path: names.Verified(name), Gens: gens}
+		if t.Spec != nil && t.Ruleset == nil {
+			// A sidecar's table names its agent's cgroup: not a file's.
+			t.Ledger.Inputs = in.key(st.Server, t.Forwarded)
+		}
 	}
 	h := health.Inspect(t)
 	switch {
