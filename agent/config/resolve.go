@@ -25,10 +25,11 @@ type Options struct {
 	// interface, so that a host-link subnet overlapping one is refused.
 	HostPrefixes func() (map[string][]netip.Prefix, error)
 	// Seen, when set, is called for every file read (the config, each
-	// wg-quick file, each key file) with its path and what fstat said of
-	// the open file just before it was read: status keys what it derives
-	// from the files by their identity (see status.Get).
-	Seen func(path string, st os.FileInfo)
+	// wg-quick file, each key file) with its path, whether it was read as
+	// a secret, and what fstat said of the open file just before it was
+	// read: status keys what it derives from the files by their identity
+	// (see StatTrusted, status.Get).
+	Seen func(path string, secret bool, st os.FileInfo)
 }
 
 // maxSearch is glibc's historical limit of search domains (MAXDNSRCH).

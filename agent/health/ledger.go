@@ -53,6 +53,27 @@ type Record struct {
 	// Inputs is the Ledger's Inputs when the record was written: what
 	// Digest was derived from (see Ledger.Inputs).
 	Inputs string `json:"inputs,omitempty"`
+	// Config is what status derived from the config files besides the
+	// expected table (nil: status keeps none), under Inputs.
+	Config *Derived `json:"config,omitempty"`
+}
+
+// Derived is what status takes from a namespace's config files for its
+// other checks, kept with the record so that, with the files unchanged
+// (Inputs), status need not load and validate them again.
+type Derived struct {
+	Interface string `json:"interface"`
+	IPv6      bool   `json:"ipv6"`
+	Pool      int    `json:"pool"`
+	// Files are the files the config was loaded from, in order: what
+	// status checks (config.StatTrusted) to know them unchanged.
+	Files []Source `json:"files"`
+}
+
+// Source is a file a config was loaded from.
+type Source struct {
+	Path   string `json:"path"`
+	Secret bool   `json:"secret,omitempty"`
 }
 
 // binds reports whether r speaks of generation g of g's namespace and of
@@ -101,6 +122,8 @@ type Ledger struct {
 	// Inputs gives the expected table's digest without compiling the
 	// table (Known): the inputs the same, so is the table.
 	Inputs string
+	// Derived is kept in each record written under Inputs (see Record).
+	Derived *Derived
 
 	// Reads and Skips count the inspections that read the table and
 	// those that did not; Known those whose digest came from the record.
@@ -134,11 +157,11 @@ func (l *Ledger) begin(digest string) (ledgerPass, *Record) {
 	}
 	if r := p.rec; r.binds(p.gen, digest) && r.Confirmed && p.at >= time.Duration(r.LastNs) && p.at-time.Duration(r.LastNs) < l.ttl() {
 		l.Skips++
-		if l.Inputs != "" && r.Inputs != l.Inputs {
+		if l.Inputs != "" && (r.Inputs != l.Inputs || r.Config == nil && l.Derived != nil) {
 			// digest was compiled from Inputs (known needs them equal): the
 			// record may name them, so that the next status need not.
 			c := *r
-			c.Inputs = l.Inputs
+			c.Inputs, c.Config = l.Inputs, l.Derived
 			l.save(&c)
 		}
 		return p, r
@@ -165,6 +188,9 @@ func (l *Ledger) verified(p ledgerPass, digest string, ok bool, rules int) {
 	}
 	r := &Record{Version: recordVersion, Cookie: p.gen.Cookie, Inode: p.gen.Ident, Dev: p.gen.Dev, Gen: p.gen.ID,
 		Digest: digest, Rules: rules, FirstNs: int64(p.at), LastNs: int64(p.at), Inputs: l.Inputs}
+	if l.Inputs != "" {
+		r.Config = l.Derived
+	}
 	if old := p.rec; old.binds(p.gen, digest) && p.at >= time.Duration(old.FirstNs) {
 		r.FirstNs = old.FirstNs
 		r.Confirmed = old.Confirmed || p.at-time.Duration(old.FirstNs) >= l.confirmAfter()
@@ -179,7 +205,9 @@ func (l *Ledger) known() string {
 	if l == nil || l.Inputs == "" {
 		return ""
 	}
-	l.rec, l.loaded = l.load(), true // for begin
+	if !l.loaded {
+		l.rec, l.loaded = l.load(), true // for begin
+	}
 	if r := l.rec; r != nil && r.Version == recordVersion && r.Inputs == l.Inputs && r.Digest != "" {
 		l.Known++
 		return r.Digest
@@ -187,8 +215,16 @@ func (l *Ledger) known() string {
 	return ""
 }
 
-// record is the record file's content (nil: none): as known read it
-// just before, else read now.
+// Record reads the record as it is now (nil: none, or not trusted; see
+// load), for what it keeps besides the table (Config): the next
+// inspection goes by this reading.
+func (l *Ledger) Record() *Record {
+	l.rec, l.loaded = l.load(), true
+	return l.rec
+}
+
+// record is the record file's content (nil: none): as known or Record
+// read it just before, else read now.
 func (l *Ledger) record() *Record {
 	if l.loaded {
 		l.loaded = false

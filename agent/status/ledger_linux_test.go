@@ -231,15 +231,23 @@ func TestStatusRecordFollowsTheConfigFiles(t *testing.T) {
 		t.Fatalf("the confirmed record names no inputs: %+v", good)
 	}
 
-	// Control: the same inputs, the record's digest is taken as is.
+	if good.Config == nil || len(good.Config.Files) != 2 || good.Config.Files[0].Path != cfg || !good.Config.Files[1].Secret || good.Config.Pool != 1 {
+		t.Fatalf("the record keeps %+v of the config", good.Config)
+	}
+
+	// Control: the same inputs, the record's digest and what it keeps of
+	// the config are taken as they are (the pool's size shows).
 	forged := *good
 	forged.Digest = policy.Compile(&config.Spec{Name: "x"}).Digest()
+	derived := *good.Config
+	derived.Pool = 7
+	forged.Config = &derived
 	b, _ := json.Marshal(forged)
 	if err := os.WriteFile(names.Verified(id), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if r := rig.get("a record of the same inputs, another digest"); !r.Policy.Matches {
-		t.Fatalf("control: status compiled the table though its inputs were the record's: %q", r.Problems)
+	if r := rig.get("a record of the same inputs, another digest"); !r.Policy.Matches || r.Server == nil || r.Server.Pool != 7 {
+		t.Fatalf("control: status loaded the config or compiled the table though its inputs were the record's: %q, server %+v", r.Problems, r.Server)
 	}
 	b, _ = json.Marshal(good)
 	if err := os.WriteFile(names.Verified(id), b, 0o600); err != nil {
@@ -273,5 +281,24 @@ func TestStatusRecordFollowsTheConfigFiles(t *testing.T) {
 	}
 	if rig.record() != nil {
 		t.Error("the mismatch left the record")
+	}
+
+	// Put right again (the table the edited config's), then the config
+	// made writable by others: status refuses it, record or not.
+	spec, err = config.LoadSpec(cfg, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policy.Apply(policy.Compile(spec), names.Netns(id)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(racyWindow + 100*time.Millisecond)
+	rig.settle("the edited config applied")
+	if rec := rig.record(); rec == nil || rec.Config == nil {
+		t.Fatalf("record %+v", rec)
+	}
+	os.Chmod(cfg, 0o666)
+	if r := rig.get("the config writable by others"); !strings.Contains(strings.Join(r.Problems, "\n"), "cannot load config") {
+		t.Fatalf("a config others may write, under a record of it: problems %q", r.Problems)
 	}
 }

@@ -92,20 +92,6 @@ func Get(name string) (*Report, error) {
 	}
 	var configErr error
 	pool := 1
-	in := newInputs()
-	if st != nil && st.ConfigPath != "" {
-		t.Spec, configErr = config.LoadSpec(st.ConfigPath, config.Options{Seen: in.seen})
-		if t.Spec != nil && st.Mode == engine.ModeSidecar && running {
-			t.Ruleset = sidecarRuleset(t.Spec, st.PID, st.Backend)
-		}
-		// After a failover the kill switch is the active server's.
-		if t.Spec != nil && st.Server > 0 && st.Server < len(t.Spec.Pool) {
-			t.Spec = t.Spec.Pool[st.Server]
-		}
-		if t.Spec != nil && len(t.Spec.Pool) > 0 {
-			pool = len(t.Spec.Pool)
-		}
-	}
 	if st != nil {
 		// The kill switch is read back in full only when the namespace's
 		// nf_tables generation moved since status last found it right
@@ -114,9 +100,8 @@ func Get(name string) (*Report, error) {
 		gens := policy.NewGenWatch(netns.Path(name))
 		defer gens.Close()
 		t.Ledger = &health.Ledger{Path: names.Verified(name), Gens: gens}
-		if t.Spec != nil && t.Ruleset == nil {
-			// A sidecar's table names its agent's cgroup: not a file's.
-			t.Ledger.Inputs = in.key(st.Server, t.Forwarded)
+		if st.ConfigPath != "" {
+			pool, configErr = expect(&t, st, running)
 		}
 	}
 	h := health.Inspect(t)
