@@ -189,8 +189,8 @@ func TestFailoverChart(t *testing.T) {
 		cell(FOStreamFast, StandbyOff, 1, fo(1.5, 4)),
 	}}
 	f.Scenarios[0].Description = "the fast scenario"
-	svg := Chart(&Result{Failover: f})
-	for _, want := range []string{"Failover, the fast scenario", "standby on", "standby off", "the 2 s target", "stroke-dasharray"} {
+	svg := Chart(&Result{Failover: f, Settings: Settings{Workloads: []string{FailoverWorkload}}})
+	for _, want := range []string{"the agent's failover across a pool", "Failover, the fast scenario", "standby on", "standby off", "the 2 s target", "stroke-dasharray"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("chart lacks %q", want)
 		}
