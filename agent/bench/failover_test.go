@@ -199,3 +199,18 @@ func TestFailoverChart(t *testing.T) {
 		t.Errorf("a panel without a good sample: %+v", ps)
 	}
 }
+
+// With --failover-agent-b the targets stay the run's agent's; agent B's
+// cells are labelled as such.
+func TestFailoverAgentBCells(t *testing.T) {
+	b := cell(FOStreamProbe, StandbyOn, 5, fo(12, 12.1))
+	b.AgentB = true
+	f := &Failover{Scenarios: []*FOScenario{b, cell(FOStreamProbe, StandbyOn, 5, fo(8, 8.1))}}
+	got, ok := targetByName(failoverTargets(f), "failover-stream-probe-standby-resume-s")
+	if !ok || got.Value != 8.1 || !got.Met {
+		t.Errorf("target %+v: want the run's agent's 8.1 s", got)
+	}
+	if b.Cell() != "stream-probe, standby on, agent B" {
+		t.Errorf("cell %q", b.Cell())
+	}
+}

@@ -578,7 +578,7 @@ func failoverPanels(f *Failover) []foPanel {
 			if sc.Name != name || sc.Resume.N == 0 {
 				continue
 			}
-			label := "standby " + cmp.Or(sc.Standby, "?")
+			label := cmp.Or(strings.Join(sc.setting(), ", "), "standby ?")
 			p.groups = append(p.groups, group{label: label, sub: []string{fmt.Sprintf("n=%d, total %s s", sc.Resume.N, fmtDist(sc.Resume))},
 				vals: []Dist{sc.Detect, sc.Switch, sc.FirstPacket, sc.Resume}})
 			if p.title == "" {
