@@ -584,6 +584,9 @@ func failoverPanels(f *Failover) []foPanel {
 			if p.title == "" {
 				p.title = "Failover, " + sc.Description
 			}
+			if sc.AgentB && sc.AgentBinary != nil && !strings.Contains(p.title, "agent B: ") {
+				p.title += "; agent B: " + sc.AgentBinary.Path
+			}
 		}
 		if len(p.groups) == 0 {
 			continue
