@@ -651,7 +651,7 @@ let
           };
           interval = nullOption types.str {
             example = "30s";
-            description = "Time between probes, a Go duration of 1s–1h (`null`: 30s).";
+            description = "Time between probes, a Go duration of 1s–1h (`null`: 30s). A probe also starts before its tick when the namespace has sent data and received nothing for about a second (at most once per interval).";
           };
           failures = nullOption (types.ints.between 1 100) {
             example = 3;

@@ -72,7 +72,7 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 			return o, fmt.Errorf("--failover-stream-probe: %q is not a duration (e.g. 5s)", *f.foStreamProbe)
 		}
 	}
-	o.FailoverStandby, o.FailoverShaping = *f.foStandby, *f.foShaping
+	o.FailoverStandby, o.FailoverShaping, o.FailoverAgentB = *f.foStandby, *f.foShaping, *f.foAgentB
 	if *f.foScenarios != "" {
 		o.FailoverScenarios = strings.Split(*f.foScenarios, ",")
 	}

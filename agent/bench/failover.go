@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -93,9 +94,13 @@ type Failover struct {
 // FOScenario is one cell's samples and summaries (seconds): a scenario
 // with the warm standby on or off.
 type FOScenario struct {
-	Name        string `json:"name"`
-	Standby     string `json:"standby,omitempty"` // health.standby: on or off
-	Description string `json:"description"`
+	Name    string `json:"name"`
+	Standby string `json:"standby,omitempty"` // health.standby: on or off
+	// AgentB: the cell ran --failover-agent-b (AgentBinary), not the
+	// run's agent.
+	AgentB      bool    `json:"agentB,omitempty"`
+	AgentBinary *Binary `json:"agentBinary,omitempty"`
+	Description string  `json:"description"`
 	// StreamIntervalMs: the traffic stream's period (a TCP echo each).
 	StreamIntervalMs float64 `json:"streamIntervalMs,omitempty"`
 	// The probe's settings (probe scenarios).
@@ -118,10 +123,19 @@ type FOScenario struct {
 
 // Cell names the scenario and its standby setting.
 func (sc *FOScenario) Cell() string {
-	if sc.Standby == "" {
-		return sc.Name
+	return strings.Join(append([]string{sc.Name}, sc.setting()...), ", ")
+}
+
+// setting is the cell's standby and agent, as labels.
+func (sc *FOScenario) setting() []string {
+	var out []string
+	if sc.Standby != "" {
+		out = append(out, "standby "+sc.Standby)
 	}
-	return sc.Name + ", standby " + sc.Standby
+	if sc.AgentB {
+		out = append(out, "agent B")
+	}
+	return out
 }
 
 // FOSample is one failover.
@@ -189,7 +203,7 @@ func (f *Failover) cell(name, standby string) *FOScenario {
 	}
 	var first *FOScenario
 	for _, sc := range f.Scenarios {
-		if sc.Name != name {
+		if sc.Name != name || sc.AgentB {
 			continue
 		}
 		if sc.Standby == standby || (standby == "" && sc.Standby == StandbyOff) {
@@ -232,7 +246,7 @@ func failoverTargets(f *Failover) []Target {
 		if sc.ProbeIntervalSec > 0 {
 			extra += fmt.Sprintf("; probe %gs x %d", sc.ProbeIntervalSec, sc.ProbeFailures)
 		}
-		if off := f.cell(c.scenario, StandbyOff); off != nil {
+		if off := f.cell(c.scenario, StandbyOff); off != nil && off.Standby == StandbyOff {
 			extra += "; standby off: " + fmtDist(off.Resume) + " s"
 		}
 		out = append(out, foTarget(c.name, sc, sc.Resume, c.limit, "s", extra))

@@ -91,30 +91,52 @@ func (r *runner) failover(ctx context.Context) (*Failover, error) {
 		f.Shaping = desc
 	}
 	o.Log.Info("failover topology", "id", lab.tp.ID, "scenarios", o.FailoverScenarios, "samples", o.FailoverSamples, "standby", o.FailoverStandby, "shaping", f.Shaping)
+	agents := []bool{false}
+	var agentB *Binary
+	if o.FailoverAgentB != "" {
+		agentB, agents = agentBinary(o.FailoverAgentB, "--failover-agent-b"), []bool{false, true}
+	}
 	for _, name := range o.FailoverScenarios {
-		cells := map[string]*FOScenario{}
-		for _, sb := range standbyOrder(o.FailoverStandby, 0) {
-			sc := foCell(o, name, sb)
-			cells[sb] = sc
-			f.Scenarios = append(f.Scenarios, sc)
+		type key struct {
+			standby string
+			b       bool
+		}
+		cells := map[key]*FOScenario{}
+		for _, b := range agents {
+			for _, sb := range standbyOrder(o.FailoverStandby, 0) {
+				sc := foCell(o, name, sb)
+				if b {
+					sc.AgentB, sc.AgentBinary = true, agentB
+				}
+				cells[key{sb, b}] = sc
+				f.Scenarios = append(f.Scenarios, sc)
+			}
 		}
 		for round := range o.FailoverSamples {
-			for _, sb := range standbyOrder(o.FailoverStandby, round) {
-				if err := ctx.Err(); err != nil {
-					return f, err
-				}
-				sc := cells[sb]
-				s, err := lab.sample(ctx, sc, round)
-				sc.Samples = append(sc.Samples, s)
-				sc.summarize()
-				line := fmt.Sprintf("detect %6.2f  switch %6.2f  first packet %6.2f  total %6.2f s  server %d  timing %s  (%s)",
-					s.DetectSec, s.SwitchSec, s.FirstPacketSec, s.ResumeSec, s.ServerAfter, s.Timing, s.Cause)
-				if s.Error != "" {
-					line = "FAILED: " + s.Error
-				}
-				fmt.Fprintf(o.Progress, "[failover] %-12s standby %-3s round %d/%d  %s\n", name, sb, round+1, o.FailoverSamples, line)
-				if err != nil { // the lab is no longer usable
-					return f, fmt.Errorf("failover %s round %d: %w", sc.Cell(), round+1, err)
+			for i := range agents {
+				// The agents alternate too: A first in even rounds.
+				b := agents[(i+round)%len(agents)]
+				for _, sb := range standbyOrder(o.FailoverStandby, round) {
+					if err := ctx.Err(); err != nil {
+						return f, err
+					}
+					sc := cells[key{sb, b}]
+					bin := lab.agent
+					if b {
+						bin = agentB
+					}
+					s, err := lab.sample(ctx, sc, bin, round)
+					sc.Samples = append(sc.Samples, s)
+					sc.summarize()
+					line := fmt.Sprintf("detect %6.2f  switch %6.2f  first packet %6.2f  total %6.2f s  server %d  timing %s  (%s)",
+						s.DetectSec, s.SwitchSec, s.FirstPacketSec, s.ResumeSec, s.ServerAfter, s.Timing, s.Cause)
+					if s.Error != "" {
+						line = "FAILED: " + s.Error
+					}
+					fmt.Fprintf(o.Progress, "[failover] %-36s round %d/%d  %s\n", sc.Cell(), round+1, o.FailoverSamples, line)
+					if err != nil { // the lab is no longer usable
+						return f, fmt.Errorf("failover %s round %d: %w", sc.Cell(), round+1, err)
+					}
 				}
 			}
 		}
@@ -432,7 +454,7 @@ const warmSwitchLog = "switching to the warm standby at once"
 // dropped at t0, the verdict, the switch and the first echo through B
 // timed. A non-nil error means the lab cannot go on (the agent did not
 // stop); a failed measurement is the sample's Error only.
-func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSample, fatal error) {
+func (l *foLab) sample(ctx context.Context, sc *FOScenario, agent *Binary, round int) (s FOSample, fatal error) {
 	s.Round = round
 	fail := func(format string, a ...any) (FOSample, error) {
 		s.Error = fmt.Sprintf(format, a...)
@@ -446,8 +468,8 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, round int) (s FOSamp
 	if err := l.startProviders(); err != nil {
 		return s, err
 	}
-	logPath := filepath.Join(l.dir, fmt.Sprintf("agent-%s-%s-%d.log", sc.Name, sc.Standby, round+1))
-	ag, err := startAgent(l.agent, l.tp.Host, logPath, "", "--config", cfg)
+	logPath := filepath.Join(l.dir, fmt.Sprintf("agent-%s-%s-%v-%d.log", sc.Name, sc.Standby, sc.AgentB, round+1))
+	ag, err := startAgent(agent, l.tp.Host, logPath, "", "--config", cfg)
 	if err != nil {
 		return s, err
 	}

@@ -189,13 +189,28 @@ func TestFailoverChart(t *testing.T) {
 		cell(FOStreamFast, StandbyOff, 1, fo(1.5, 4)),
 	}}
 	f.Scenarios[0].Description = "the fast scenario"
-	svg := Chart(&Result{Failover: f})
-	for _, want := range []string{"Failover, the fast scenario", "standby on", "standby off", "the 2 s target", "stroke-dasharray"} {
+	svg := Chart(&Result{Failover: f, Settings: Settings{Workloads: []string{FailoverWorkload}}})
+	for _, want := range []string{"the agent's failover across a pool", "Failover, the fast scenario", "standby on", "standby off", "the 2 s target", "stroke-dasharray"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("chart lacks %q", want)
 		}
 	}
 	if ps := failoverPanels(&Failover{Scenarios: []*FOScenario{cell(FOTraffic, StandbyOn, 0, FOSample{Error: "x"})}}); len(ps) != 0 {
 		t.Errorf("a panel without a good sample: %+v", ps)
+	}
+}
+
+// With --failover-agent-b the targets stay the run's agent's; agent B's
+// cells are labelled as such.
+func TestFailoverAgentBCells(t *testing.T) {
+	b := cell(FOStreamProbe, StandbyOn, 5, fo(12, 12.1))
+	b.AgentB = true
+	f := &Failover{Scenarios: []*FOScenario{b, cell(FOStreamProbe, StandbyOn, 5, fo(8, 8.1))}}
+	got, ok := targetByName(failoverTargets(f), "failover-stream-probe-standby-resume-s")
+	if !ok || got.Value != 8.1 || !got.Met {
+		t.Errorf("target %+v: want the run's agent's 8.1 s", got)
+	}
+	if b.Cell() != "stream-probe, standby on, agent B" {
+		t.Errorf("cell %q", b.Cell())
 	}
 }

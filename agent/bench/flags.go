@@ -44,6 +44,7 @@ type cliFlags struct {
 	outPath, svgPath, workloads, pace, shaping *string
 	foScenarios, foProbe                       *string
 	foStreamProbe, foStandby, foShaping        *string
+	foAgentB                                   *string
 	agentBin, refBin, unbounded, from          *string
 	statusBin                                  *string
 	samples, omit, cycles, foSamples, scale    *int
@@ -77,6 +78,7 @@ func newFlags() *cliFlags {
 		foProbe:       fs.String("failover-probe", "2s", "health.probe interval in the probe scenario (whole seconds, >= 1s)"),
 		foStreamProbe: fs.String("failover-stream-probe", "5s", "health.probe interval in the stream-probe scenario (whole seconds, >= 1s)"),
 		foStandby:     fs.String("failover-standby", "ab", "the failover pool's warm standby (health.standby): ab (each scenario with it on and off, alternating which goes first, A/B in one run), on or off"),
+		foAgentB:      fs.String("failover-agent-b", "", "a second vpn-agent binary: every failover cell runs with it too, alternating with the agent from round to round (an A/B of two agent builds in one run)"),
 		foShaping:     fs.String("failover-shaping", "", "shape the failover pool's underlay with netem: one of the shaped-link scenarios (delay20ms, loss1pct); without sch_netem the failover is skipped, the reason recorded"),
 		shaping:       fs.String("shaping", "auto", "netem shaped-link scenarios: auto (when sch_netem exists) or off"),
 	}

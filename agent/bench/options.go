@@ -48,8 +48,12 @@ type Options struct {
 	// the failover pool's underlay ("": none); without sch_netem the
 	// failover is skipped with the reason recorded.
 	FailoverShaping string
-	Shaping         string // "auto": netem scenarios if available; "off"
-	MTU             int    // tunnel MTU
+	// FailoverAgentB is a second vpn-agent binary: each failover cell
+	// runs with it too, alternating with the agent by round (an A/B of
+	// two agent builds in one run; "": none).
+	FailoverAgentB string
+	Shaping        string // "auto": netem scenarios if available; "off"
+	MTU            int    // tunnel MTU
 	// ScaleN: namespaces of the scale workload (0: the profile's).
 	ScaleN int
 	// AgentBin is the vpn-agent binary the agent modes run ("": see

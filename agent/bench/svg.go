@@ -49,9 +49,15 @@ func Chart(res *Result) string {
 // what, with which programs; it returns the y below them.
 func (c *svg) header(res *Result) float64 {
 	h, st, b := res.Host, res.Settings, res.Binaries
-	c.text(20, 26, 16, true, "#000", "vpn-bench "+st.Profile+": the agent's tunnel against its references")
+	title := "vpn-bench " + st.Profile + ": the agent's tunnel against its references"
+	n := fmt.Sprintf("n=%d per mode and workload", st.Samples)
+	if slices.Equal(st.Workloads, []string{FailoverWorkload}) {
+		title = "vpn-bench " + st.Profile + ": the agent's failover across a pool of two servers"
+		n = fmt.Sprintf("n=%d failovers per cell", st.FailoverSamples)
+	}
+	c.text(20, 26, 16, true, "#000", title)
 	lines := []string{
-		fmt.Sprintf("%s, %d CPUs, kernel %s, %s backend, tunnel MTU %d, n=%d per mode and workload, %s", h.CPUModel, h.CPUs, h.Kernel, h.Backend, st.TunnelMTU, st.Samples, res.Started.Format("2006-01-02")),
+		fmt.Sprintf("%s, %d CPUs, kernel %s, %s backend, tunnel MTU %d, %s, %s", h.CPUModel, h.CPUs, h.Kernel, h.Backend, st.TunnelMTU, n, res.Started.Format("2006-01-02")),
 	}
 	if b.Agent != nil {
 		var am []string
@@ -572,11 +578,14 @@ func failoverPanels(f *Failover) []foPanel {
 			if sc.Name != name || sc.Resume.N == 0 {
 				continue
 			}
-			label := "standby " + cmp.Or(sc.Standby, "?")
+			label := cmp.Or(strings.Join(sc.setting(), ", "), "standby ?")
 			p.groups = append(p.groups, group{label: label, sub: []string{fmt.Sprintf("n=%d, total %s s", sc.Resume.N, fmtDist(sc.Resume))},
 				vals: []Dist{sc.Detect, sc.Switch, sc.FirstPacket, sc.Resume}})
 			if p.title == "" {
 				p.title = "Failover, " + sc.Description
+			}
+			if sc.AgentB && sc.AgentBinary != nil && !strings.Contains(p.title, "agent B: ") {
+				p.title += "; agent B: " + sc.AgentBinary.Path
 			}
 		}
 		if len(p.groups) == 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 	"github.com/vpn-confinement/vpn-confinement/agent/portforward"
 	"github.com/vpn-confinement/vpn-confinement/agent/status"
 )
@@ -57,6 +58,25 @@ func TestGetAllKeepsOrder(t *testing.T) {
 			t.Fatalf("%s: %v, want the name's validation error", names[i], err)
 		case i != 7 && !errors.Is(err, os.ErrNotExist):
 			t.Fatalf("%s: %v, want not exist", names[i], err)
+		}
+	}
+}
+
+// status's text names the standby: with health.standby off, none for the
+// reason "off" (as the daemon records it); the control, a warm one.
+func TestPrintReportStandby(t *testing.T) {
+	for _, tc := range []struct {
+		sb   engine.StandbyRecord
+		want string
+	}{
+		{engine.StandbyRecord{Index: -1, State: "none", Why: "off"}, "  standby:    none: off\n"},
+		{engine.StandbyRecord{Index: 1, State: "warm", ConfigFile: "/etc/b.conf", Endpoint: "192.0.2.2:51820"}, "  standby:    2 of 2, /etc/b.conf, endpoint 192.0.2.2:51820, warm\n"},
+	} {
+		var b strings.Builder
+		sb := tc.sb
+		printReport(&b, &status.Report{Name: "pool", Server: &status.Server{Pool: 2}, Tunnel: &engine.Liveness{Recovery: "healthy", Verdict: "alive", Standby: &sb}})
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("status text lacks %q:\n%s", tc.want, b.String())
 		}
 	}
 }

@@ -255,7 +255,12 @@ type Probe struct {
 	// query. It must answer through every server of the pool (ProtonVPN's
 	// 10.2.0.1, its resolver, does).
 	Address string `json:"address"`
-	// Interval between probes, e.g. "30s" (default 30s; 1s–1h).
+	// Interval between probes, e.g. "30s" (default 30s; 1s–1h). A probe
+	// also starts before its tick when the namespace has sent data and
+	// received nothing for about a second (one check of the device), as
+	// traffic into a dead server does: at most once per interval and once
+	// per such silence, so one-way traffic (nothing sent back) adds at
+	// most one probe per interval, and an idle tunnel none.
 	Interval string `json:"interval,omitempty"`
 	// Failures in a row that make the tunnel dead (default 3; 1–100).
 	// After a failure the next probes run back to back, each bounded by

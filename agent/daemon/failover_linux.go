@@ -40,6 +40,7 @@ type Snapshot struct {
 	Failovers     int // switches to another server that succeeded
 	Attempts      int // retries and switches carried out
 	ProbeFailures int // probe failures in total
+	EarlyProbes   int // probes started before their tick: the device sent without an answer
 	DriftRepairs  int // device configurations re-applied after a change behind the agent's back
 	Backoff       time.Duration
 	// Standby is the warm standby (issue 25); MovesBack counts the moves
@@ -88,6 +89,12 @@ type failover struct {
 	counted   *config.ProbeSpec // the probe the judge last counted for (probe)
 	nextProbe time.Time
 	inFlight  bool
+	// early starts a probe before its tick when the device sends without
+	// an answer (liveness.PassiveTrigger); earlyProbes counts them.
+	early       liveness.PassiveTrigger
+	earlyProbes int
+	// check runs one probe (liveness.Check; a test's fake).
+	check func(ctx context.Context, name string, p *config.ProbeSpec, timeout time.Duration) error
 	// stopProbe cancels the probe in flight: a switch stops a probe of
 	// the old server (its resolver, which the new kill switch refuses).
 	stopProbe context.CancelFunc
@@ -134,7 +141,7 @@ func newFailover(eng failoverEngine, inst *engine.Instance, out *Liveness, log *
 		pool = []*config.Spec{inst.Spec}
 	}
 	f := &failover{
-		eng: eng, inst: inst, log: log, out: out, pool: pool, now: time.Now,
+		eng: eng, inst: inst, log: log, out: out, pool: pool, now: time.Now, check: liveness.Check,
 		results: make(chan probeResult, 1), tunnel: inst.Tunnel, lastDead: -1,
 	}
 	f.rec = liveness.Recovery{Pool: len(pool), Active: inst.Spec.Server}
@@ -231,8 +238,17 @@ func (f *failover) tick(ctx context.Context, dev *deviceReading) {
 			dev.drop() // the standby's peer changed
 		}
 	}
-	if p := f.probe(); p != nil && !now.Before(f.nextProbe) {
-		f.startProbe(ctx, now, p)
+	if p := f.probe(); p != nil {
+		switch since := f.judge.SendingSince(); {
+		case !now.Before(f.nextProbe):
+			f.startProbe(ctx, now, p)
+		case !f.inFlight && f.early.Fire(now, since, p.Interval):
+			// Traffic without an answer: the probe judges the server
+			// now rather than at its tick (at most once per interval).
+			f.earlyProbes++
+			f.log.Debug("sending without an answer; probing before the probe's tick", "for", now.Sub(since).Round(time.Millisecond), "due in", f.nextProbe.Sub(now).Round(time.Millisecond))
+			f.startProbe(ctx, now, p)
+		}
 	}
 	f.decide(ctx, now)
 	if f.moveBack(ctx, now) {
@@ -268,7 +284,7 @@ func (f *failover) startProbe(ctx context.Context, now time.Time, p *config.Prob
 	f.stopProbe = cancel
 	go func() {
 		defer cancel()
-		f.results <- probeResult{gen, p.Target, liveness.Check(pctx, name, p, to)}
+		f.results <- probeResult{gen, p.Target, f.check(pctx, name, p, to)}
 	}()
 }
 
@@ -415,7 +431,7 @@ func (f *failover) publish() {
 	b, _ := f.rec.Backoff()
 	snap := Snapshot{
 		Server: f.inst.ActiveServer(), Pool: len(f.pool), Recovery: st, Verdict: v, Cause: cause,
-		Failovers: f.rec.Failovers, Attempts: f.rec.Attempts, ProbeFailures: f.probeFailures, DriftRepairs: f.driftRepairs, Backoff: b,
+		Failovers: f.rec.Failovers, Attempts: f.rec.Attempts, ProbeFailures: f.probeFailures, EarlyProbes: f.earlyProbes, DriftRepairs: f.driftRepairs, Backoff: b,
 	}
 	snap.HandshakeAge, snap.HandshakeKnown = f.judge.HandshakeAge(now)
 	snap.Standby, snap.MovesBack = f.standby, f.plan.MovesBack

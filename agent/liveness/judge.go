@@ -228,6 +228,12 @@ func (j *Judge) HandshakeAge(now time.Time) (time.Duration, bool) {
 	return now.Sub(j.last.LastHandshake), true
 }
 
+// SendingSince is when the device started sending without receiving
+// anything (the sample before the first that showed it: the last moment
+// it had not sent yet), zero when it is not: it received since, or sends
+// nothing, or only keepalives.
+func (j *Judge) SendingSince() time.Time { return j.since }
+
 // ProbeFailures is the number of probe failures in a row.
 func (j *Judge) ProbeFailures() int { return j.probeFail }
 
