@@ -609,7 +609,8 @@ let
             standby for 60 s without a break (a move back that fails within
             5 minutes doubles the wait, up to 30 minutes). `null`: the
             agent's default, on. Takes effect only with a warm standby (the
-            pool's servers share the client key and addresses).
+            pool's servers share the client key and addresses, and
+            `health.standby` is not `false`).
           '';
         };
 
@@ -623,7 +624,8 @@ let
             the reason "off". Turn it off when the provider counts the
             standby's session as a second connection, or to save its cost:
             a handshake with a second server about every 2 minutes and a
-            keepalive every 25 s. `null`: the agent's default, on.
+            keepalive every 25 s. `false` also turns `health.preferFirst`'s
+            move back off. `null`: the agent's default, on.
           '';
         };
 

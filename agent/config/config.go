@@ -221,7 +221,7 @@ type Health struct {
 	// flapping server does not flap the namespace; one that holds 5
 	// minutes resets it. false: stay on the server that works. Without
 	// a standby (a pool of one, servers with their own client keys or
-	// addresses) it has no effect.
+	// addresses, health.standby false) it has no effect.
 	PreferFirst *bool `json:"preferFirst,omitempty"`
 	// Standby (default true) keeps the pool's next server warm, a
 	// second peer handshaken while the active server works (see "Warm
@@ -232,6 +232,8 @@ type Health struct {
 	// connection (a device limit), or to save its cost: one handshake
 	// about every 2 minutes and a 32-byte keepalive every 25 s to a
 	// second server. status shows standby "none" with the reason "off".
+	// It also turns health.preferFirst's move back off (the move back
+	// needs the first server warm as the standby).
 	Standby *bool `json:"standby,omitempty"`
 	// NoProbe records "probe": null (encoding/json reads a null as
 	// absent): the probe is off, not defaulted.

@@ -165,6 +165,11 @@ func (f *failover) reconfigure(s *config.Spec) {
 		f.rec = liveness.Recovery{Pool: len(pool), Active: s.Server, MinBackoff: f.rec.MinBackoff, MaxBackoff: f.rec.MaxBackoff, Failovers: f.rec.Failovers, Attempts: f.rec.Attempts}
 	}
 	f.pool = pool
+	if !s.Standby && f.standby.Known {
+		// Turned off by this reload: never switched to, even by a verdict
+		// before the next check removes its peer.
+		f.standby = StandbySnapshot{State: liveness.StandbyNone, Why: StandbyOff}
+	}
 	if f.plan.Pool != len(pool) || f.plan.PreferFirst != s.PreferFirst {
 		f.plan = liveness.StandbyPlan{Pool: len(pool), PreferFirst: s.PreferFirst, MovesBack: f.plan.MovesBack}
 	}
@@ -329,7 +334,9 @@ func (f *failover) decide(ctx context.Context, now time.Time) {
 		f.log.Debug("tunnel dead with its data plane; waiting for the repair", "cause", cause)
 	case v == liveness.Dead:
 		if st, _ := f.rec.State(); st == liveness.Healthy {
-			f.deadAt = now
+			// A new recovery: its switch is yet to come (the last one's
+			// time would read as this one's).
+			f.deadAt, f.switchedAt = now, time.Time{}
 		}
 		f.rec.Standby, f.rec.StandbyWarm = -1, false
 		if f.standby.Known && f.standby.State == liveness.StandbyWarm {

@@ -37,7 +37,10 @@ func (f *failover) standbyTick(ctx context.Context, now time.Time, d *wireguard.
 			return false
 		}
 		if err := f.eng.SetStandby(ctx, f.inst, nil); err != nil {
+			// Not to be used (decide sees no warm standby), but still on
+			// the device and handshaking: say so; retried each check.
 			f.log.Warn("cannot remove the standby (health.standby is off)", "err", err)
+			f.standby.Why = StandbyOff + "; its peer is still on the device (removing it failed: " + err.Error() + "; retried each check)"
 		}
 		return true
 	}

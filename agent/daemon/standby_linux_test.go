@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -25,6 +26,7 @@ type standbyEngine struct {
 	armed    time.Time
 	switched []int
 	armedLog []int
+	setErr   error // SetStandby's failure, when set
 }
 
 func (e *standbyEngine) Switch(_ context.Context, inst *engine.Instance, next *config.Spec) error {
@@ -40,6 +42,9 @@ func (e *standbyEngine) Switch(_ context.Context, inst *engine.Instance, next *c
 }
 
 func (e *standbyEngine) SetStandby(_ context.Context, inst *engine.Instance, s *config.Spec) error {
+	if e.setErr != nil {
+		return e.setErr
+	}
 	e.standby, e.armed = s, e.now()
 	if s != nil {
 		e.armedLog = append(e.armedLog, s.Server)
@@ -287,13 +292,72 @@ func TestStandbyTurnedOffByReload(t *testing.T) {
 // A warm switch is one step: the verdict and the switch recorded at the
 // same instant.
 func TestStandbyWarmSwitchTimed(t *testing.T) {
+	l := warmSwitched(t)
+	if r := l.lastRecorded(); !r.DeadAt.Equal(l.now) || !r.SwitchedAt.Equal(l.now) || r.Failovers != 1 {
+		t.Fatalf("warm switch recorded %+v, want deadAt = switchedAt = %v", r, l.now)
+	}
+}
+
+// A reload that turns the standby off takes effect at once: a verdict
+// before the next check (which removes the peer) retries the same server
+// rather than switching to the standby the user turned off; a removal
+// that fails is said in status, and retried.
+func TestStandbyTurnedOffNotUsed(t *testing.T) {
+	l := newStandbyLoop(t, sharedPool(2))
+	l.step(time.Second)
+	l.hs[1] = l.now
+	l.step(time.Second)
+	if l.fo.standby.State != liveness.StandbyWarm {
+		t.Fatalf("the control: standby %s, want warm", l.fo.standby.State)
+	}
+	off := withStandby(l.fo.pool, false)
+	l.fo.inst.Spec = off[0]
+	l.fo.reconfigure(off[0])
+	l.kill()
+	l.now = l.now.Add(time.Second)
+	l.fo.decide(context.Background(), l.now)
+	if len(l.eng.switched) != 1 || l.eng.switched[0] != 0 || strings.Contains(l.log.String(), "warm standby at once") {
+		t.Fatalf("switches %v after the reload turned the standby off; want a retry of server 0:\n%s", l.eng.switched, l.log.String())
+	}
+	l.eng.standby, l.eng.setErr = off[1], errors.New("device busy")
+	l.step(time.Second)
+	if why := l.fo.standbyRecord().Why; !strings.HasPrefix(why, StandbyOff) || !strings.Contains(why, "still on the device") {
+		t.Fatalf("a failed removal reported as %q", why)
+	}
+	l.eng.setErr = nil
+	l.step(time.Second)
+	if l.eng.standby != nil || l.fo.standbyRecord().Why != StandbyOff {
+		t.Fatalf("retried removal: standby %+v, recorded %q", l.eng.standby, l.fo.standbyRecord().Why)
+	}
+}
+
+// switchedAt belongs to the recovery deadAt names: a second recovery
+// clears the first one's switch until its own.
+func TestSecondRecoveryClearsSwitchedAt(t *testing.T) {
+	l := warmSwitched(t)
+	first := l.lastRecorded()
+	if first.SwitchedAt.IsZero() {
+		t.Fatalf("the control: the first recovery's switch not recorded: %+v", first)
+	}
+	l.fo.judge.Probe(true, "")
+	l.step(time.Second) // healthy on server 1
+	// A cold recovery (no standby to be had): a retry first.
+	l.eng.standby, l.eng.setErr = nil, errors.New("no standby now")
+	l.kill()
+	l.step(time.Second)
+	if r := l.lastRecorded(); !r.DeadAt.Equal(l.now) || !r.SwitchedAt.IsZero() {
+		t.Fatalf("second recovery: deadAt %v switchedAt %v; want %v and none (the first was %v)", r.DeadAt, r.SwitchedAt, l.now, first.SwitchedAt)
+	}
+}
+
+// warmSwitched is a loop whose server 0 died with server 1 warm: the
+// agent has switched to it.
+func warmSwitched(t *testing.T) *standbyLoop {
 	l := newStandbyLoop(t, sharedPool(2))
 	l.step(time.Second)
 	l.hs[1] = l.now
 	l.step(time.Second)
 	l.kill()
 	l.step(time.Second)
-	if r := l.lastRecorded(); !r.DeadAt.Equal(l.now) || !r.SwitchedAt.Equal(l.now) || r.Failovers != 1 {
-		t.Fatalf("warm switch recorded %+v, want deadAt = switchedAt = %v", r, l.now)
-	}
+	return l
 }

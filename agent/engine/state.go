@@ -72,8 +72,9 @@ type Liveness struct {
 	Standby *StandbyRecord `json:"standby,omitempty"`
 	// DeadAt is when the latest recovery began: the first verdict
 	// "dead" on a healthy tunnel. SwitchedAt is when its latest switch to
-	// another server was done (the kill switch and the device changed).
-	// Zero: none since the agent started. They are kept once the tunnel
+	// another server was done (the kill switch and the device changed);
+	// a new recovery clears it until its own switch. Zero: none since
+	// the agent started (or, for SwitchedAt, in this recovery yet). They are kept once the tunnel
 	// is healthy again, so that a failover can be timed by the agent's
 	// own clock (vpn-bench's failover split).
 	DeadAt     time.Time `json:"deadAt,omitzero"`
