@@ -170,3 +170,34 @@ func TestStatusRecordRefusesWhatLoadingRefuses(t *testing.T) {
 		t.Fatalf("a config through a link another user owns, under a record of it: problems %q, want %q", r.Problems, want)
 	}
 }
+
+// A pool of 32 wg-quick files (the most a config may list) makes a record of more than 4 KiB: status
+// keeps it and, the files unchanged, takes the table as recorded (it does
+// not read in full forever for want of a record it can read back).
+func TestStatusRecordOfABigPool(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a network namespace, nftables")
+	}
+	id := newTestNamespace(t, "sb")
+	cfg := writePoolConfig(t, id, 32, "")
+	full, err := config.LoadSpec(cfg, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policy.Apply(policy.Compile(full), names.Netns(id)); err != nil {
+		t.Fatal(err)
+	}
+	writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: full.Interface, ConfigPath: cfg, Started: time.Now().UTC()})
+	rig := &statusRig{t: t, id: id}
+	rig.settle("applied")
+	before := rig.record()
+	if st, err := os.Stat(names.Verified(id)); err != nil || st.Size() <= 4096 || before.Config == nil || len(before.Config.Files) != 33 {
+		t.Fatalf("the record of a pool of 32: %v, %v, %+v", st, err, before.Config)
+	}
+	if r := rig.get("unchanged"); !r.Policy.Matches || r.Server == nil || r.Server.Pool != 32 {
+		t.Fatalf("problems %q, server %+v", r.Problems, r.Server)
+	}
+	if after := rig.record(); after == nil || after.LastNs != before.LastNs {
+		t.Fatal("the record of a big pool did not spare the full read")
+	}
+}

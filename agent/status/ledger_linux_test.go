@@ -186,8 +186,8 @@ func writeTestConfig(t *testing.T, name string) string { return writePoolConfig(
 // writePoolConfig writes an agent config for namespace name with a pool
 // of n wg-quick files (n 1: wireguard.configFile), each with a fresh key
 // and its own endpoint and resolver (server i's: 10.77.i.1), the first
-// named NAME.conf, and more fields (extra: `, "field": value`), and
-// returns the config's path.
+// named NAME.conf, the others by long names, and more fields (extra:
+// `, "field": value`), and returns the config's path.
 func writePoolConfig(t *testing.T, name string, n int, extra string) string {
 	dir := t.TempDir()
 	var files []string
@@ -199,7 +199,7 @@ func writePoolConfig(t *testing.T, name string, n int, extra string) string {
 		peer, _ := wgtypes.GeneratePrivateKey()
 		wg := filepath.Join(dir, name+".conf")
 		if i > 0 {
-			wg = filepath.Join(dir, fmt.Sprintf("%s-%d.conf", name, i))
+			wg = filepath.Join(dir, fmt.Sprintf("%s-%02d-secure-core-ch-se-nl-de-us-uk-fr-jp.conf", name, i)) // a provider's long names
 		}
 		body := fmt.Sprintf("[Interface]\nPrivateKey = %s\nAddress = 10.77.0.2/32\nDNS = 10.77.%d.1\n\n[Peer]\nPublicKey = %s\nEndpoint = 192.0.2.%d:51820\nAllowedIPs = 0.0.0.0/0\n", priv, i, peer.PublicKey(), 7+i)
 		if err := os.WriteFile(wg, []byte(body), 0o600); err != nil {
