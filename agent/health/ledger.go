@@ -67,7 +67,7 @@ type Derived struct {
 	IPv6      bool   `json:"ipv6"`
 	Pool      int    `json:"pool"`
 	// Files are the files the config was loaded from, in order: what
-	// status checks (config.StatTrusted) to know them unchanged.
+	// status reads again (config.ReadTrusted) to know them unchanged.
 	Files []Source `json:"files"`
 }
 

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/config"
 	"github.com/vpn-confinement/vpn-confinement/agent/engine"
@@ -58,21 +57,13 @@ func TestStatusRecordFollowsServerAndPorts(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a network namespace, nftables")
 	}
-	id := newTestNamespace(t, "sp")
-	cfg := writePoolConfig(t, id, 2, `, "portForwarding": {"natpmp": {"gateway": "10.77.0.1"}}`)
-	full, err := config.LoadSpec(cfg, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rig, full, state := appliedNamespace(t, "sp", func(id string) string {
+		return writePoolConfig(t, id, 2, `, "portForwarding": {"natpmp": {"gateway": "10.77.0.1"}}`)
+	})
+	id := rig.id
 	if len(full.Pool) != 2 {
 		t.Fatalf("the test config's pool has %d servers", len(full.Pool))
 	}
-	if err := policy.Apply(policy.Compile(full), names.Netns(id)); err != nil {
-		t.Fatal(err)
-	}
-	state := engine.State{Name: id, Backend: "userspace", Interface: full.Interface, ConfigPath: cfg, Started: time.Now().UTC()}
-	writeState(t, &state)
-	rig := &statusRig{t: t, id: id}
 
 	spared := func(what string) {
 		t.Helper()
@@ -131,21 +122,15 @@ func TestStatusRecordRefusesWhatLoadingRefuses(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a network namespace, nftables, chown")
 	}
-	id := newTestNamespace(t, "st")
-	real := writeTestConfig(t, id)
-	link := filepath.Join(filepath.Dir(real), "link.json")
-	if err := os.Symlink(real, link); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := config.LoadSpec(link, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := policy.Apply(policy.Compile(spec), names.Netns(id)); err != nil {
-		t.Fatal(err)
-	}
-	writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: spec.Interface, ConfigPath: link, Started: time.Now().UTC()})
-	rig := &statusRig{t: t, id: id}
+	rig, _, state := appliedNamespace(t, "st", func(id string) string {
+		real := writeTestConfig(t, id)
+		link := filepath.Join(filepath.Dir(real), "link.json")
+		if err := os.Symlink(real, link); err != nil {
+			t.Fatal(err)
+		}
+		return link
+	})
+	link := state.ConfigPath
 	rig.settle("applied")
 	before := rig.record()
 	if before == nil || before.Config == nil || before.Config.Files[0].Path != link {
@@ -178,17 +163,8 @@ func TestStatusRecordOfABigPool(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a network namespace, nftables")
 	}
-	id := newTestNamespace(t, "sb")
-	cfg := writePoolConfig(t, id, 32, "")
-	full, err := config.LoadSpec(cfg, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := policy.Apply(policy.Compile(full), names.Netns(id)); err != nil {
-		t.Fatal(err)
-	}
-	writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: full.Interface, ConfigPath: cfg, Started: time.Now().UTC()})
-	rig := &statusRig{t: t, id: id}
+	rig, _, _ := appliedNamespace(t, "sb", func(id string) string { return writePoolConfig(t, id, 32, "") })
+	id := rig.id
 	rig.settle("applied")
 	before := rig.record()
 	if st, err := os.Stat(names.Verified(id)); err != nil || st.Size() <= 4096 || before.Config == nil || len(before.Config.Files) != 33 {

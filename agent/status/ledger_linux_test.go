@@ -121,6 +121,26 @@ func TestStatusRecordHidesNoTamperedTable(t *testing.T) {
 	settle("re-applied")
 }
 
+// appliedNamespace makes a namespace (prefix), writes its config with
+// write (which returns the path the agent's state names), loads the
+// kill switch compiled from it into the namespace and writes the agent's
+// state (no agent running): status is asked about it through the rig.
+func appliedNamespace(t *testing.T, prefix string, write func(id string) string) (*statusRig, *config.Spec, engine.State) {
+	t.Helper()
+	id := newTestNamespace(t, prefix)
+	cfg := write(id)
+	spec, err := config.LoadSpec(cfg, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policy.Apply(policy.Compile(spec), names.Netns(id)); err != nil {
+		t.Fatal(err)
+	}
+	state := engine.State{Name: id, Backend: "userspace", Interface: spec.Interface, ConfigPath: cfg, Started: time.Now().UTC()}
+	writeState(t, &state)
+	return &statusRig{t: t, id: id}, spec, state
+}
+
 // statusRig asks status about namespace id and reads status's record.
 type statusRig struct {
 	t  *testing.T
@@ -221,8 +241,8 @@ func writePoolConfig(t *testing.T, name string, n int, extra string) string {
 
 // Status compiles the expected table again whenever a file it was derived
 // from changed, though the kernel's generation did not move: a wg-quick
-// file edited in place (same size, its mtime put back: only its ctime
-// tells) makes the record's digest stale, and the table, still the old
+// file edited in place (same size, its mtime put back: its ctime and
+// content tell) makes the record's digest stale, and the table, still the old
 // config's, is reported changed. Control: with the files as they were,
 // the record's digest stands in for the compiled table's (a record of the
 // same inputs holding another table's digest vouches: status did not
@@ -231,17 +251,8 @@ func TestStatusRecordFollowsTheConfigFiles(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a network namespace, nftables")
 	}
-	id := newTestNamespace(t, "sf")
-	cfg := writeTestConfig(t, id)
-	spec, err := config.LoadSpec(cfg, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := policy.Apply(policy.Compile(spec), names.Netns(id)); err != nil {
-		t.Fatal(err)
-	}
-	writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: spec.Interface, ConfigPath: cfg, Started: time.Now().UTC()})
-	rig := &statusRig{t: t, id: id}
+	rig, _, state := appliedNamespace(t, "sf", func(id string) string { return writeTestConfig(t, id) })
+	id, cfg := rig.id, state.ConfigPath
 	rig.settle("applied")
 	good := rig.record()
 	if good == nil || good.Inputs == "" {
@@ -303,7 +314,7 @@ func TestStatusRecordFollowsTheConfigFiles(t *testing.T) {
 
 	// Put right again (the table the edited config's), then the config
 	// made writable by others: status refuses it, record or not.
-	spec, err = config.LoadSpec(cfg, config.Options{})
+	spec, err := config.LoadSpec(cfg, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
