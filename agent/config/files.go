@@ -17,11 +17,11 @@ const maxFileSize = 1 << 20
 // fileRule says what a file the agent reads must satisfy besides being a
 // regular file owned by root (or the agent's own user).
 type fileRule struct {
-	field   string                                         // the field naming the file, for errors
-	deny    os.FileMode                                    // permission bits that must be clear
-	what    string                                         // "readable or writable" / "writable", for errors
-	anyUser bool                                           // owner not checked: build-time validation, which runs unprivileged and changes nothing
-	seen    func(path string, secret bool, st os.FileInfo) // Options.Seen
+	field   string                                                      // the field naming the file, for errors
+	deny    os.FileMode                                                 // permission bits that must be clear
+	what    string                                                      // "readable or writable" / "writable", for errors
+	anyUser bool                                                        // owner not checked: build-time validation, which runs unprivileged and changes nothing
+	seen    func(path string, secret bool, st os.FileInfo, data []byte) // Options.Seen
 }
 
 // secretDeny is what a secret file's mode must not allow: group and
@@ -47,9 +47,6 @@ func readTrusted(path string, r fileRule) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if r.seen != nil {
-		r.seen(path, r.deny == secretDeny, st)
-	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
 		return nil, fieldErr(r.field, "make it readable by the agent (root)", "cannot read %s: %v", path, unwrapPathErr(err))
@@ -57,24 +54,29 @@ func readTrusted(path string, r fileRule) ([]byte, error) {
 	if len(data) > maxFileSize {
 		return nil, fieldErr(r.field, "check the path: this is no config or wg-quick file", "%s is larger than 1 MiB", path)
 	}
+	if r.seen != nil {
+		r.seen(path, r.deny == secretDeny, st, data)
+	}
 	return data, nil
 }
 
-// StatTrusted checks the file at path as the agent reads it (a secret
-// file's rule, or a config file's), without reading it, and returns what
-// fstat says of the open file: the identity Options.Seen reported when it
-// was read. Status compares the two to know a file unchanged.
-func StatTrusted(path string, secret bool) (os.FileInfo, error) {
+// ReadTrusted reads the file at path as the agent reads it (a secret
+// file's rule, or a config file's) and returns what Options.Seen reports
+// of a file read: what fstat said of the open file before the read, and
+// the content read. Status compares the two to know a file unchanged. A
+// secret's content is the caller's to keep out of logs and errors.
+func ReadTrusted(path string, secret bool) (os.FileInfo, []byte, error) {
 	r := configRule
 	if secret {
 		r = secretRule("file")
 	}
-	f, st, err := openTrusted(path, r)
+	var st os.FileInfo
+	r.seen = func(_ string, _ bool, fi os.FileInfo, _ []byte) { st = fi }
+	data, err := readTrusted(path, r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	f.Close()
-	return st, nil
+	return st, data, nil
 }
 
 // openTrusted is readTrusted up to the read: the open file and its fstat.
@@ -228,7 +230,7 @@ func fixMode(perm, deny os.FileMode) string { return fmt.Sprintf("%o", perm&^den
 
 // readSecret reads a secret file (a wg-quick file or a key); its content
 // is never logged or echoed.
-func readSecret(field, path string, seen func(string, bool, os.FileInfo)) ([]byte, error) {
+func readSecret(field, path string, seen func(string, bool, os.FileInfo, []byte)) ([]byte, error) {
 	r := secretRule(field)
 	r.seen = seen
 	return readTrusted(path, r)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,8 +137,9 @@ func TestConfigFileChecks(t *testing.T) {
 }
 
 // Options.Seen hears of every file LoadSpec reads (status keys what it
-// derives from them by their identity): the config, the key file, each
-// wg-quick file of a pool, each with what fstat said of it.
+// derives from them by their identity and content): the config, the key
+// file, each wg-quick file of a pool, each with what fstat said of it and
+// the content read.
 func TestLoadSpecReportsEveryFileRead(t *testing.T) {
 	f := newFixture(t)
 	nl := f.secondServer(t, "10.3.0.1", "198.51.100.2:51820")
@@ -149,8 +151,8 @@ func TestLoadSpecReportsEveryFileRead(t *testing.T) {
 		c := f.structured()
 		c["wireguard"] = wg
 		write(t, cfg, string(marshal(t, c)), 0o600)
-		seen, secret := map[string]os.FileInfo{}, map[string]bool{}
-		if _, err := LoadSpec(cfg, Options{Seen: func(p string, s bool, st os.FileInfo) { seen[p], secret[p] = st, s }}); err != nil {
+		seen, secret, data := map[string]os.FileInfo{}, map[string]bool{}, map[string]string{}
+		if _, err := LoadSpec(cfg, Options{Seen: func(p string, s bool, st os.FileInfo, b []byte) { seen[p], secret[p], data[p] = st, s, string(b) }}); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		want := []string{cfg, f.keyFile}
@@ -168,21 +170,56 @@ func TestLoadSpecReportsEveryFileRead(t *testing.T) {
 			if secret[p] != (p != cfg) {
 				t.Errorf("%s: %s seen as secret: %v", name, p, secret[p])
 			}
-			// StatTrusted, under the same rule, names the same file.
-			if again, err := StatTrusted(p, secret[p]); err != nil || !os.SameFile(again, st) || again.ModTime() != st.ModTime() {
-				t.Errorf("%s: StatTrusted(%s) = %v, %v", name, p, again, err)
+			if b, _ := os.ReadFile(p); data[p] != string(b) || b == nil {
+				t.Errorf("%s: %s seen with %d bytes, not its content (%d bytes)", name, p, len(data[p]), len(b))
+			}
+			// ReadTrusted, under the same rule, names the same file and
+			// gives the same content.
+			if again, b, err := ReadTrusted(p, secret[p]); err != nil || !os.SameFile(again, st) || again.ModTime() != st.ModTime() || string(b) != data[p] {
+				t.Errorf("%s: ReadTrusted(%s) = %v, %d bytes, %v", name, p, again, len(b), err)
 			}
 		}
 	}
-	// What LoadSpec would refuse, StatTrusted refuses: a secret readable
+	// What LoadSpec would refuse, ReadTrusted refuses: a secret readable
 	// by others, a config others may write, a link to it.
 	os.Chmod(f.keyFile, 0o640)
-	if _, err := StatTrusted(f.keyFile, true); err == nil {
-		t.Error("StatTrusted: a key file readable by the group passed")
+	if _, _, err := ReadTrusted(f.keyFile, true); err == nil {
+		t.Error("ReadTrusted: a key file readable by the group passed")
 	}
 	cfg := filepath.Join(f.dir, "open.json")
 	write(t, cfg, "{}", 0o666)
-	if _, err := StatTrusted(cfg, false); err == nil {
-		t.Error("StatTrusted: a world-writable config passed")
+	if _, _, err := ReadTrusted(cfg, false); err == nil {
+		t.Error("ReadTrusted: a world-writable config passed")
 	}
+}
+
+// What status's key over the files costs per file, beside what it cost
+// before it covered their content: open and fstat (the trust checks
+// included) against the same and a read and a SHA-256 of the content, of
+// a config and a wg-quick file as big as the ones deployed (a few hundred
+// bytes).
+func BenchmarkTrustedFileKey(b *testing.B) {
+	dir := b.TempDir()
+	wg := filepath.Join(dir, "wg.conf")
+	if err := os.WriteFile(wg, []byte(strings.Repeat("# a wg-quick file of ~400 bytes\n", 13)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("open+fstat", func(b *testing.B) {
+		for b.Loop() {
+			f, _, err := openTrusted(wg, secretRule("file"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+		}
+	})
+	b.Run("open+fstat+read+sha256", func(b *testing.B) {
+		for b.Loop() {
+			_, data, err := ReadTrusted(wg, true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sha256.Sum256(data)
+		}
+	})
 }

@@ -26,10 +26,11 @@ type Options struct {
 	HostPrefixes func() (map[string][]netip.Prefix, error)
 	// Seen, when set, is called for every file read (the config, each
 	// wg-quick file, each key file) with its path, whether it was read as
-	// a secret, and what fstat said of the open file just before it was
-	// read: status keys what it derives from the files by their identity
-	// (see StatTrusted, status.Get).
-	Seen func(path string, secret bool, st os.FileInfo)
+	// a secret, what fstat said of the open file just before it was read,
+	// and the content read (a secret's too: never log it): status keys
+	// what it derives from the files by their identity and content (see
+	// ReadTrusted, status.Get).
+	Seen func(path string, secret bool, st os.FileInfo, data []byte)
 }
 
 // maxSearch is glibc's historical limit of search domains (MAXDNSRCH).

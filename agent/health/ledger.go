@@ -2,6 +2,7 @@ package health
 
 import (
 	"cmp"
+	"log/slog"
 	"time"
 
 	"github.com/vpn-confinement/vpn-confinement/policy"
@@ -66,7 +67,7 @@ type Derived struct {
 	IPv6      bool   `json:"ipv6"`
 	Pool      int    `json:"pool"`
 	// Files are the files the config was loaded from, in order: what
-	// status checks (config.StatTrusted) to know them unchanged.
+	// status reads again (config.ReadTrusted) to know them unchanged.
 	Files []Source `json:"files"`
 }
 
@@ -124,6 +125,8 @@ type Ledger struct {
 	Inputs string
 	// Derived is kept in each record written under Inputs (see Record).
 	Derived *Derived
+	// Log hears of a record too big to keep (nil: slog.Default()).
+	Log *slog.Logger
 
 	// Reads and Skips count the inspections that read the table and
 	// those that did not; Known those whose digest came from the record.

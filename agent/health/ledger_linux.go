@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
@@ -11,8 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxRecord bounds what is read of a record file.
-const maxRecord = 4096
+// maxRecord bounds a record file, read or written: room for the files of
+// a big pool (a record naming 32 wg-quick files by long paths passes 4
+// KiB), not for a file status would spend its time parsing.
+const maxRecord = 64 << 10
 
 func (l *Ledger) now() time.Duration {
 	if l.Now != nil {
@@ -54,13 +57,29 @@ func (l *Ledger) load() *Record {
 
 // save writes r in place of the record. Errors are ignored: without a
 // record the next status reads the table in full, and a missing state
-// directory (the namespace going down) is not created.
+// directory (the namespace going down) is not created. A record larger
+// than load reads is not written, and the one before is removed: it
+// speaks of an earlier reading (logged at debug level: status goes on,
+// reading in full each time).
 func (l *Ledger) save(r *Record) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return
 	}
-	atomicfile.Write(l.Path, append(b, '\n'), 0o600)
+	if b = append(b, '\n'); len(b) > maxRecord {
+		l.log().Debug("status record not kept: larger than its limit; the kill switch is read in full each time",
+			"path", l.Path, "bytes", len(b), "limit", maxRecord)
+		l.remove()
+		return
+	}
+	atomicfile.Write(l.Path, b, 0o600)
+}
+
+func (l *Ledger) log() *slog.Logger {
+	if l.Log != nil {
+		return l.Log
+	}
+	return slog.Default()
 }
 
 // remove deletes the record, if any.

@@ -1,9 +1,13 @@
 package health
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,5 +243,54 @@ func TestLedgerKnownDigestNeedsTheSameInputs(t *testing.T) {
 	r.gens.gen.ID++
 	if r.inspect(testDigest, false) || r.l.known() != "" {
 		t.Fatal("a mismatch left the record's digest known")
+	}
+}
+
+// bigPool is what status keeps of a config with a pool of n wg-quick
+// files by long paths, as a provider's files are named.
+func bigPool(n int) *Derived {
+	d := &Derived{Interface: "wg-proton", Pool: n, Files: []Source{{Path: "/etc/vpn-confinement/proton.json"}}}
+	for i := range n {
+		d.Files = append(d.Files, Source{Path: fmt.Sprintf("/run/secrets/vpn-confinement/providers/protonvpn/wireguard/secure-core-%02d-ch-se-nl-de-us-uk-fr-jp.conf", i), Secret: true})
+	}
+	return d
+}
+
+// A record that names every file of a big pool (more than 4 KiB of
+// record) is kept and read back: status does not lose it and read in
+// full forever.
+func TestLedgerKeepsTheRecordOfABigPool(t *testing.T) {
+	r := newLedgerRig(t)
+	r.l.Inputs, r.l.Derived = "files-1", bigPool(40)
+	r.settle()
+	st, err := os.Stat(r.l.Path)
+	if err != nil || st.Size() <= 4096 {
+		t.Fatalf("the record of a pool of 40 is %v, %v: want more than 4 KiB, for this test to mean something", st, err)
+	}
+	if rec := r.l.load(); rec == nil || rec.Config == nil || len(rec.Config.Files) != 41 || r.l.known() != testDigest {
+		t.Fatalf("the record of a pool of 40 read back as %+v", rec)
+	}
+}
+
+// What load would refuse, save does not write: a record larger than
+// maxRecord is not kept, the one before is removed, and the refusal is
+// logged (at debug level). Control: the same record with the pool of 40
+// is kept.
+func TestLedgerWritesNoRecordItWouldNotRead(t *testing.T) {
+	r := newLedgerRig(t)
+	var logged bytes.Buffer
+	r.l.Log = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r.l.Inputs, r.l.Derived = "files-1", bigPool(40)
+	r.settle()
+	r.l.Derived = bigPool(maxRecord / 100)
+	r.gens.gen.ID++
+	if r.inspect(testDigest, true) {
+		t.Fatal("a new generation vouched")
+	}
+	if st, err := os.Stat(r.l.Path); !os.IsNotExist(err) {
+		t.Fatalf("a record larger than load reads was written or the one before kept: %v, %v", st, err)
+	}
+	if !strings.Contains(logged.String(), "level=DEBUG") || !strings.Contains(logged.String(), "not kept") {
+		t.Errorf("the refusal was not logged at debug level: %q", logged.String())
 	}
 }

@@ -15,66 +15,60 @@ import (
 	"github.com/vpn-confinement/vpn-confinement/policy"
 )
 
-// racyWindow: a file changed less than this before status read it is
-// "racily clean", as git's index calls it. Its times may not move at a
-// change made right after the read (the kernel stamps files from a
-// coarse clock), so its identity keys nothing: what is derived from it
-// is derived again next time.
-const racyWindow = time.Second
-
 // inputs collects the identity of what status derives the expected kill
 // switch from: every file the config is loaded from (config.Options.Seen:
-// path, device, inode, mode, owner, size, mtime and ctime of the file
-// read, as fstat gave them on the open file before the read; a change to
-// the file moves its ctime, which no one can set), and status's own
-// executable (another binary may compile another table). With the server
-// of the pool and the forwarded ports, the key names the expected table
-// (health.Ledger.Inputs), so that status compiles it only when one of
-// them changed.
+// path, device, inode, mode, owner, size, mtime, ctime and link count of
+// the file read, as fstat gave them on the open file before the read, and
+// a SHA-256 of the content read, the bytes parsed), and status's own
+// executable (another binary may compile another table; its identity
+// only: a binary is replaced by a new inode, and a running one cannot be
+// written). With the server of the pool and the forwarded ports, the key
+// names the expected table (health.Ledger.Inputs), so that status
+// compiles it only when one of them changed. The content is what the
+// facts were derived from, so the key needs no file time to be right: a
+// file changed in the same clock tick as it was read, on a file system
+// with coarse or no ctime (FAT, FUSE, 9p, NFS), through a shared mapping,
+// or with the clock set back, still changes the key.
 type inputs struct {
 	h     hash.Hash
 	files []health.Source
-	racy  bool
-	since time.Time // racy when changed after this
+	bad   bool // an identity not known: the key is ""
 }
 
 func newInputs() *inputs {
-	in := &inputs{h: sha256.New(), since: time.Now().Add(-racyWindow)}
+	in := &inputs{h: sha256.New()}
 	if exe, err := os.Stat("/proc/self/exe"); err == nil {
 		in.add("exe", exe)
 	} else {
-		in.racy = true
+		in.bad = true
 	}
 	return in
 }
 
 // seen is config.Options.Seen.
-func (in *inputs) seen(path string, secret bool, st os.FileInfo) {
+func (in *inputs) seen(path string, secret bool, st os.FileInfo, data []byte) {
 	in.files = append(in.files, health.Source{Path: path, Secret: secret})
 	if secret {
 		fmt.Fprint(in.h, "secret ")
 	}
 	in.add(path, st)
+	fmt.Fprintf(in.h, "content %x\n", sha256.Sum256(data))
 }
 
 func (in *inputs) add(path string, st os.FileInfo) {
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
-		in.racy = true
+		in.bad = true
 		return
 	}
-	ctime := time.Unix(sys.Ctim.Unix())
-	if !ctime.Before(in.since) {
-		in.racy = true
-	}
 	fmt.Fprintf(in.h, "%q %d %d %o %d %d %d %d %d\n", path, sys.Dev, sys.Ino, sys.Mode, sys.Uid, sys.Size,
-		time.Unix(sys.Mtim.Unix()).UnixNano(), ctime.UnixNano(), sys.Nlink)
+		time.Unix(sys.Mtim.Unix()).UnixNano(), time.Unix(sys.Ctim.Unix()).UnixNano(), sys.Nlink)
 }
 
 // key is the inputs' name with the server of the pool and the forwarded
-// ports: "" when a file was racily clean or none was read.
+// ports: "" when an identity was not known or no file was read.
 func (in *inputs) key(server int, fwd policy.Forwarded) string {
-	if in.racy || len(in.files) == 0 {
+	if in.bad || len(in.files) == 0 {
 		return ""
 	}
 	fmt.Fprintf(in.h, "server %d forwarded %v\n", server, fwd)
@@ -84,11 +78,12 @@ func (in *inputs) key(server int, fwd policy.Forwarded) string {
 // expect sets what t is checked against from the config st names: the
 // Spec (the active server's), the kill switch the table must match, and
 // the ledger's inputs. When status's own record names files that are all
-// unchanged (the same identity, under the same trust checks, and the same
-// executable, server and forwarded ports: the same key), what status
-// derived from them before is taken from the record: the config is not
-// loaded, validated and compiled again. Should the table need a full read
-// after all, the expected one is compiled from the config loaded then.
+// unchanged (the same identity and content, read under the same trust
+// checks, and the same executable, server and forwarded ports: the same
+// key), what status derived from them before is taken from the record:
+// the config is not loaded, validated and compiled again. Should the
+// table need a full read after all, the expected one is compiled from
+// the config loaded then.
 // It returns the pool's size and the config's error.
 func expect(t *health.Target, st *engine.State, running bool) (int, error) {
 	if d, key := unchanged(t.Ledger, st, t.Forwarded); d != nil {
@@ -147,11 +142,11 @@ func unchanged(l *health.Ledger, st *engine.State, fwd policy.Forwarded) (*healt
 	}
 	in := newInputs()
 	for _, f := range rec.Config.Files {
-		fi, err := config.StatTrusted(f.Path, f.Secret)
+		fi, data, err := config.ReadTrusted(f.Path, f.Secret)
 		if err != nil {
 			return nil, "" // loading it says what is wrong
 		}
-		in.seen(f.Path, f.Secret, fi)
+		in.seen(f.Path, f.Secret, fi, data)
 	}
 	if key := in.key(st.Server, fwd); key != "" && key == rec.Inputs {
 		return rec.Config, key

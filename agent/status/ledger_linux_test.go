@@ -121,6 +121,26 @@ func TestStatusRecordHidesNoTamperedTable(t *testing.T) {
 	settle("re-applied")
 }
 
+// appliedNamespace makes a namespace (prefix), writes its config with
+// write (which returns the path the agent's state names), loads the
+// kill switch compiled from it into the namespace and writes the agent's
+// state (no agent running): status is asked about it through the rig.
+func appliedNamespace(t *testing.T, prefix string, write func(id string) string) (*statusRig, *config.Spec, engine.State) {
+	t.Helper()
+	id := newTestNamespace(t, prefix)
+	cfg := write(id)
+	spec, err := config.LoadSpec(cfg, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policy.Apply(policy.Compile(spec), names.Netns(id)); err != nil {
+		t.Fatal(err)
+	}
+	state := engine.State{Name: id, Backend: "userspace", Interface: spec.Interface, ConfigPath: cfg, Started: time.Now().UTC()}
+	writeState(t, &state)
+	return &statusRig{t: t, id: id}, spec, state
+}
+
 // statusRig asks status about namespace id and reads status's record.
 type statusRig struct {
 	t  *testing.T
@@ -181,20 +201,38 @@ func outputChain(t *testing.T, rs *policy.Ruleset) string {
 
 // writeTestConfig writes an agent config for namespace name (a wg-quick
 // file with a fresh key, root's, 0600) and returns its path.
-func writeTestConfig(t *testing.T, name string) string {
+func writeTestConfig(t *testing.T, name string) string { return writePoolConfig(t, name, 1, "") }
+
+// writePoolConfig writes an agent config for namespace name with a pool
+// of n wg-quick files (n 1: wireguard.configFile), each with a fresh key
+// and its own endpoint and resolver (server i's: 10.77.i.1), the first
+// named NAME.conf, the others by long names, and more fields (extra:
+// `, "field": value`), and returns the config's path.
+func writePoolConfig(t *testing.T, name string, n int, extra string) string {
 	dir := t.TempDir()
-	priv, err := wgtypes.GeneratePrivateKey()
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for i := range n {
+		priv, err := wgtypes.GeneratePrivateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, _ := wgtypes.GeneratePrivateKey()
+		wg := filepath.Join(dir, name+".conf")
+		if i > 0 {
+			wg = filepath.Join(dir, fmt.Sprintf("%s-%02d-secure-core-ch-se-nl-de-us-uk-fr-jp.conf", name, i)) // a provider's long names
+		}
+		body := fmt.Sprintf("[Interface]\nPrivateKey = %s\nAddress = 10.77.0.2/32\nDNS = 10.77.%d.1\n\n[Peer]\nPublicKey = %s\nEndpoint = 192.0.2.%d:51820\nAllowedIPs = 0.0.0.0/0\n", priv, i, peer.PublicKey(), 7+i)
+		if err := os.WriteFile(wg, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, wg)
 	}
-	peer, _ := wgtypes.GeneratePrivateKey()
-	wg := filepath.Join(dir, name+".conf")
-	body := fmt.Sprintf("[Interface]\nPrivateKey = %s\nAddress = 10.77.0.2/32\nDNS = 10.77.0.1\n\n[Peer]\nPublicKey = %s\nEndpoint = 192.0.2.7:51820\nAllowedIPs = 0.0.0.0/0\n", priv, peer.PublicKey())
-	if err := os.WriteFile(wg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
+	wg, _ := json.Marshal(map[string]any{"configFile": files[0]})
+	if n > 1 {
+		wg, _ = json.Marshal(map[string]any{"configFiles": files})
 	}
 	cfg := filepath.Join(dir, name+".json")
-	js := fmt.Sprintf("{\"name\": %q, \"backend\": \"userspace\", \"wireguard\": {\"configFile\": %q}}\n", name, wg)
+	js := fmt.Sprintf("{\"name\": %q, \"backend\": \"userspace\", \"wireguard\": %s%s}\n", name, wg, extra)
 	if err := os.WriteFile(cfg, []byte(js), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -203,8 +241,8 @@ func writeTestConfig(t *testing.T, name string) string {
 
 // Status compiles the expected table again whenever a file it was derived
 // from changed, though the kernel's generation did not move: a wg-quick
-// file edited in place (same size, its mtime put back: only its ctime
-// tells) makes the record's digest stale, and the table, still the old
+// file edited in place (same size, its mtime put back: its ctime and
+// content tell) makes the record's digest stale, and the table, still the old
 // config's, is reported changed. Control: with the files as they were,
 // the record's digest stands in for the compiled table's (a record of the
 // same inputs holding another table's digest vouches: status did not
@@ -213,18 +251,8 @@ func TestStatusRecordFollowsTheConfigFiles(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a network namespace, nftables")
 	}
-	id := newTestNamespace(t, "sf")
-	cfg := writeTestConfig(t, id)
-	spec, err := config.LoadSpec(cfg, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := policy.Apply(policy.Compile(spec), names.Netns(id)); err != nil {
-		t.Fatal(err)
-	}
-	writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: spec.Interface, ConfigPath: cfg, Started: time.Now().UTC()})
-	rig := &statusRig{t: t, id: id}
-	time.Sleep(racyWindow + 100*time.Millisecond) // files read within it key nothing
+	rig, _, state := appliedNamespace(t, "sf", func(id string) string { return writeTestConfig(t, id) })
+	id, cfg := rig.id, state.ConfigPath
 	rig.settle("applied")
 	good := rig.record()
 	if good == nil || good.Inputs == "" {
@@ -257,8 +285,10 @@ func TestStatusRecordFollowsTheConfigFiles(t *testing.T) {
 		t.Fatalf("control: %q", r.Problems)
 	}
 
-	// The wg-quick file edited in place: another resolver, same size,
-	// same mtime. The namespace's tables are untouched.
+	// The wg-quick file edited in place right after status read it (a
+	// time stamp may not show it: the key holds the content): another
+	// resolver, same size, same mtime. The namespace's tables are
+	// untouched.
 	wg := filepath.Join(filepath.Dir(cfg), id+".conf")
 	st, err := os.Stat(wg)
 	if err != nil {
@@ -275,7 +305,6 @@ func TestStatusRecordFollowsTheConfigFiles(t *testing.T) {
 	if err := os.Chtimes(wg, st.ModTime(), st.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(racyWindow + 100*time.Millisecond) // past the window: the identity itself must tell
 	if r := rig.get("the wg-quick file edited"); !rig.changed(r) {
 		t.Fatalf("a config edited under a confirmed record: policy %+v, problems %q", r.Policy, r.Problems)
 	}
@@ -285,14 +314,13 @@ func TestStatusRecordFollowsTheConfigFiles(t *testing.T) {
 
 	// Put right again (the table the edited config's), then the config
 	// made writable by others: status refuses it, record or not.
-	spec, err = config.LoadSpec(cfg, config.Options{})
+	spec, err := config.LoadSpec(cfg, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := policy.Apply(policy.Compile(spec), names.Netns(id)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(racyWindow + 100*time.Millisecond)
 	rig.settle("the edited config applied")
 	if rec := rig.record(); rec == nil || rec.Config == nil {
 		t.Fatalf("record %+v", rec)
