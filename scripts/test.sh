@@ -22,7 +22,7 @@ step() { printf '\n== %s (t+%ss)\n' "$1" "$(( $(date +%s) - start ))"; }
 
 # The VM tier (tests/vm/ci.sh: Debian under qemu, kernel WireGuard, systemd). Its images
 # (build-image.sh: bookworm, trixie; built on a clean machine, reused after) build in the
-# background, and its Debian 13 pass (trixie: the systemd checks, mostly waiting) then runs
+# background, and its Debian 13 pass (trixie: the systemd checks and the leak matrix's warm-standby states, mostly waiting) then runs
 # there beside the end-to-end tests (not the unit tests); the Debian 12 pass (bookworm: the kernel backend's leak matrices,
 # which need the CPU) runs after them. The background's output goes to
 # tests/vm/out/vm-background.log, printed and judged at the end. An early failure of this

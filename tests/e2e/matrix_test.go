@@ -599,10 +599,27 @@ type matrix struct {
 	controls int
 	failed   int
 	backend  map[string]bool
+	// colControls and colFailed are the positive controls that passed
+	// and failed in each state (column) that ran; siteBackend is the
+	// backend of each site whose states get a line of their own
+	// (siteStates).
+	colControls, colFailed map[string]int
+	siteBackend            map[string]string
+}
+
+// siteStates are the sites whose states get a closing line of their own
+// before the matrix's ("leak matrix (standby, backend B): ..."), so that
+// tests/vm/ci.sh can require them by name.
+var siteStates = []struct {
+	site   string
+	states []string
+}{
+	{"standby", []string{"W", "X", "S", "B"}},
 }
 
 func newMatrix(rows []*mrow) *matrix {
-	return &matrix{rows: rows, columns: matrixColumns, cells: map[string]map[string]cell{}, backend: map[string]bool{}}
+	return &matrix{rows: rows, columns: matrixColumns, cells: map[string]map[string]cell{}, backend: map[string]bool{},
+		colControls: map[string]int{}, colFailed: map[string]int{}, siteBackend: map[string]string{}}
 }
 
 func (mx *matrix) set(col, row string, c cell) {
@@ -627,6 +644,25 @@ func (mx *matrix) addControls(passed, failed int) {
 	defer mx.mu.Unlock()
 	mx.controls += passed
 	mx.failed += failed
+}
+
+// addStateControls adds state col's positive controls to the matrix's
+// and to the state's own.
+func (mx *matrix) addStateControls(col string, passed, failed int) {
+	mx.addControls(passed, failed)
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	mx.colControls[col] += passed
+	mx.colFailed[col] += failed
+}
+
+// setSiteBackend records the backend of a site listed in siteStates (and
+// of the matrix).
+func (mx *matrix) setSiteBackend(site, b string) {
+	mx.setBackend(b)
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	mx.siteBackend[site] = b
 }
 
 func (mx *matrix) count(status string) int {
@@ -1142,7 +1178,7 @@ func (mx *matrix) state(s *site, sp stateSpec, act func(w *window), after ...fun
 		}
 		mx.set(sp.col, r.id, c)
 	}
-	mx.addControls(w.controls, len(w.failed))
+	mx.addStateControls(sp.col, w.controls, len(w.failed))
 }
 
 // goodPositive: a positive row's result that counts: reached, and for DNS
@@ -1432,8 +1468,46 @@ func (mx *matrix) render() string {
 	if mx.failed > 0 {
 		line += fmt.Sprintf(", %d FAILED", mx.failed)
 	}
-	b.WriteString("\n" + line + "\n")
+	b.WriteString("\n")
+	if !mx.sidecar && !mx.container {
+		for _, ss := range siteStates {
+			b.WriteString(mx.siteLine(ss.site, ss.states) + "\n")
+		}
+	}
+	b.WriteString(line + "\n")
 	return b.String()
+}
+
+// siteLine is the closing line of one site's states (mx.mu held):
+// "leak matrix (standby, backend kernel): 51 probes, 4 states (W X S B),
+// 0 leaks, 52 positive controls passed", the states those that ran, and
+// ", N FAILED" when positive controls failed in them.
+func (mx *matrix) siteLine(site string, cols []string) string {
+	var ran []string
+	leaks, passed, failed := 0, 0, 0
+	for _, c := range cols {
+		if mx.cells[c] == nil {
+			continue
+		}
+		ran = append(ran, c)
+		for _, cl := range mx.cells[c] {
+			if cl.status == "LEAK" {
+				leaks++
+			}
+		}
+		passed += mx.colControls[c]
+		failed += mx.colFailed[c]
+	}
+	b := mx.siteBackend[site]
+	if b == "" {
+		b = "none"
+	}
+	line := fmt.Sprintf("leak matrix (%s, backend %s): %d probes, %d states (%s), %d leaks, %d positive controls passed",
+		site, b, len(mx.rows), len(ran), strings.Join(ran, " "), leaks, passed)
+	if failed > 0 {
+		line += fmt.Sprintf(", %d FAILED", failed)
+	}
+	return line
 }
 
 func rowIDs(rows []*mrow) []string {

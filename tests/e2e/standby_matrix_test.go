@@ -39,7 +39,7 @@ func (mx *matrix) runStandby(t *testing.T) {
 	s := newSite(t, siteOptions{ipv6: "block", pool: true, standby: true})
 	s.run(t)
 	s.mustTunnel(t, 5*time.Second, "after READY=1")
-	mx.setBackend(s.backend)
+	mx.setSiteBackend("standby", s.backend)
 	second := harness.AP(testbed.Endpoint2, testbed.WGPort)
 	toSecond := func(p observe.Packet) bool { return p.Out && wgFlow(second)(p) }
 	echo2 := func() probe.Result {

@@ -314,13 +314,24 @@ func (f *sdFixture) uplinkCapture(t *testing.T) *observe.Observer {
 // wg matches the tunnel's UDP between the VM and the endpoint.
 var sdWG = observe.UDP(netip.AddrPortFrom(sdUplinkHost, 0), netip.AddrPortFrom(sdEndpoint, 51820))
 
+// sdWGBounce matches the host's port-unreachable errors to the endpoint about its WireGuard
+// datagrams (one arriving for the socket of the agent that just restarted: its old link is
+// gone), and the endpoint's about the host's: replies to WireGuard, as harness.WGBounceEitherWay
+// on the e2e topology. The trixie pass once saw three across restart-no-leak.
+func sdWGBounce(p observe.Packet) bool {
+	qsrc, qdst, ok := observe.QuotedUDP(p)
+	wg := netip.AddrPortFrom(sdEndpoint, 51820)
+	return ok && (p.Src == sdUplinkHost && p.Dst == sdEndpoint && qsrc == wg && qdst.Addr() == sdUplinkHost ||
+		p.Src == sdEndpoint && p.Dst == sdUplinkHost && qdst == wg && qsrc.Addr() == sdUplinkHost)
+}
+
 // stopUplink ends a capture after a positive control and returns the packets that are not
 // WireGuard, link noise or the control: leaks.
 func (f *sdFixture) stopUplink(t *testing.T, obs *observe.Observer) (leaks, all []observe.Packet) {
 	t.Helper()
 	ctl := harness.Control(t, obs, sdRoot, netip.AddrPortFrom(sdEndpoint, testbed.ControlPort))
 	all = obs.Stop()
-	return harness.Unexpected(all, observe.LinkNoise, sdWG, observe.Payload(ctl)), all
+	return harness.Unexpected(all, observe.LinkNoise, sdWG, sdWGBounce, observe.Payload(ctl)), all
 }
 
 // getent runs `getent hosts <what>.<id>.vmtest` in the service kind ("confined", "fixed",
