@@ -73,6 +73,11 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 		}
 	}
 	o.FailoverStandby, o.FailoverShaping, o.FailoverAgentB = *f.foStandby, *f.foShaping, *f.foAgentB
+	if *f.sbWindow != "" {
+		if o.StandbyWindow, err = parseSeconds(*f.sbWindow); err != nil {
+			return o, fmt.Errorf("--standby-window: %q is not a duration (e.g. 10m)", *f.sbWindow)
+		}
+	}
 	if *f.foScenarios != "" {
 		o.FailoverScenarios = strings.Split(*f.foScenarios, ",")
 	}
