@@ -48,7 +48,7 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 		Profile: *f.profile, Backend: config.Backend(*f.backend), Samples: *f.samples,
 		Omit: time.Duration(*f.omit) * time.Second, Out: *f.outPath, SVG: *f.svgPath,
 		UpDownCycles: *f.cycles, FailoverSamples: *f.foSamples, Shaping: *f.shaping, Pace: *f.pace, Progress: stderr,
-		ScaleN: *f.scale, AgentBin: *f.agentBin, StatusBin: *f.statusBin, ReferenceBin: *f.refBin, UnboundedFragment: *f.unbounded,
+		ScaleN: *f.scale, StandbySamples: *f.sbSamples, AgentBin: *f.agentBin, StatusBin: *f.statusBin, ReferenceBin: *f.refBin, UnboundedFragment: *f.unbounded,
 		Log: newLogger(stderr, *f.level, *f.format),
 	}
 	var err error
@@ -73,6 +73,11 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 		}
 	}
 	o.FailoverStandby, o.FailoverShaping, o.FailoverAgentB = *f.foStandby, *f.foShaping, *f.foAgentB
+	if *f.sbWindow != "" {
+		if o.StandbyWindow, err = parseSeconds(*f.sbWindow); err != nil {
+			return o, fmt.Errorf("--standby-window: %q is not a duration (e.g. 10m)", *f.sbWindow)
+		}
+	}
 	if *f.foScenarios != "" {
 		o.FailoverScenarios = strings.Split(*f.foScenarios, ",")
 	}

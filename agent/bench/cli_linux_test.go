@@ -26,6 +26,10 @@ func TestMainUsage(t *testing.T) {
 		{[]string{"--modes", "sideways"}, ExitBadInput, "", "sideways"},
 		{[]string{"--profile", "slow"}, ExitBadInput, "", "--profile"},
 		{[]string{"extra"}, ExitBadInput, "", `unexpected argument "extra"`},
+		// The standby-cost workload's flags reach the options.
+		{[]string{"--standby-samples", "101"}, ExitBadInput, "", "--standby-samples"},
+		{[]string{"--standby-window", "5s"}, ExitBadInput, "", "--standby-window"},
+		{[]string{"--standby-window", "soon"}, ExitBadInput, "", "--standby-window"},
 	} {
 		var out, errb bytes.Buffer
 		rc := Main(c.args, &out, &errb)

@@ -284,16 +284,22 @@ func (l *foLab) config(sc *FOScenario) (string, error) {
 		c.Health.Fast = true
 		c.Health.Probe = &config.Probe{Address: echo}
 	}
+	return l.writeConfig(sc.Name+"-standby-"+cmp.Or(sc.Standby, StandbyOn), c)
+}
+
+// writeConfig writes c as the lab's config file name.json, checked as the
+// agent would load it, and returns its path.
+func (l *foLab) writeConfig(name string, c *config.Config) (string, error) {
 	data, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(l.dir, sc.Name+"-standby-"+cmp.Or(sc.Standby, StandbyOn)+".json")
+	path := filepath.Join(l.dir, name+".json")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return "", err
 	}
 	if _, err := config.LoadSpec(path, config.Options{}); err != nil {
-		return "", fmt.Errorf("the agent rejects the bench's failover config: %w", err)
+		return "", fmt.Errorf("the agent rejects the bench's config %s: %w", name, err)
 	}
 	return path, nil
 }

@@ -44,10 +44,11 @@ type cliFlags struct {
 	outPath, svgPath, workloads, pace, shaping *string
 	foScenarios, foProbe                       *string
 	foStreamProbe, foStandby, foShaping        *string
-	foAgentB                                   *string
+	foAgentB, sbWindow                         *string
 	agentBin, refBin, unbounded, from          *string
 	statusBin                                  *string
 	samples, omit, cycles, foSamples, scale    *int
+	sbSamples                                  *int
 }
 
 func newFlags() *cliFlags {
@@ -70,7 +71,7 @@ func newFlags() *cliFlags {
 		omit:          fs.Int("omit", -1, "iperf3 warm-up seconds omitted (-O) (default: the profile's)"),
 		outPath:       fs.String("out", "benchmark.json", "result JSON path"),
 		svgPath:       fs.String("svg", "", "chart path (default: the JSON path with .svg)"),
-		workloads:     fs.String("workloads", "", "comma-separated subset of workloads (e.g. tcp1-up,rr64,updown,scale,failover); default all"),
+		workloads:     fs.String("workloads", "", "comma-separated subset of workloads (e.g. tcp1-up,rr64,updown,scale,failover); default all but standby-cost (the warm standby's memory, idle CPU and handshakes per hour, minutes per sample)"),
 		cycles:        fs.Int("updown-cycles", 0, "up/down cycles per round and path (default 10)"),
 		pace:          fs.String("pace", "", "also run 1-stream TCP paced at this rate (iperf3 -b, e.g. 800M), below the ceiling, where CPU-seconds per GB compare the modes at equal throughput"),
 		foSamples:     fs.Int("failover-samples", 0, "failovers per failover scenario (default: quick 3, sustained 7)"),
@@ -80,6 +81,8 @@ func newFlags() *cliFlags {
 		foStandby:     fs.String("failover-standby", "ab", "the failover pool's warm standby (health.standby): ab (each scenario with it on and off, alternating which goes first, A/B in one run), on or off"),
 		foAgentB:      fs.String("failover-agent-b", "", "a second vpn-agent binary: every failover cell runs with it too, alternating with the agent from round to round (an A/B of two agent builds in one run)"),
 		foShaping:     fs.String("failover-shaping", "", "shape the failover pool's underlay with netem: one of the shaped-link scenarios (delay20ms, loss1pct); without sch_netem the failover is skipped, the reason recorded"),
+		sbSamples:     fs.Int("standby-samples", 0, "rounds of the standby-cost workload, each an idle window with a warm standby and one without (health.standby false), alternating (default 3)"),
+		sbWindow:      fs.String("standby-window", "", "the standby-cost workload's idle window per sample, e.g. 10m (default 10m; handshakes per hour need 10m or more)"),
 		shaping:       fs.String("shaping", "auto", "netem shaped-link scenarios: auto (when sch_netem exists) or off"),
 	}
 }

@@ -99,6 +99,10 @@ func settingsOf(o *Options) Settings {
 		s.FailoverSamples, s.FailoverProbeSec = o.FailoverSamples, o.FailoverProbe.Seconds()
 		s.FailoverStreamProbeSec, s.FailoverStandby, s.FailoverShaping = o.FailoverStreamProbe.Seconds(), o.FailoverStandby, o.FailoverShaping
 	}
+	if o.runsStandbyCost() {
+		s.Workloads = append(s.Workloads, StandbyCostWorkload)
+		s.StandbySamples, s.StandbyWindowSec = o.StandbySamples, o.StandbyWindow.Seconds()
+	}
 	return s
 }
 

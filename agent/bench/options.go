@@ -56,6 +56,11 @@ type Options struct {
 	MTU            int    // tunnel MTU
 	// ScaleN: namespaces of the scale workload (0: the profile's).
 	ScaleN int
+	// StandbySamples: rounds of the standby-cost workload, each one idle
+	// window with a warm standby and one without (0: 3).
+	StandbySamples int
+	// StandbyWindow: the standby-cost workload's idle window (0: 10m).
+	StandbyWindow time.Duration
 	// AgentBin is the vpn-agent binary the agent modes run ("": see
 	// findAgent). ReferenceBin is the same-version stock wireguard-go
 	// ("": see findReferences).
@@ -172,6 +177,18 @@ func (o *Options) Normalize() error {
 	if o.ScaleN < 1 || o.ScaleN > 999 {
 		return fmt.Errorf("--scale: %d is out of range (1–999)", o.ScaleN)
 	}
+	if o.StandbySamples == 0 {
+		o.StandbySamples = 3
+	}
+	if o.StandbySamples < 1 || o.StandbySamples > 100 {
+		return fmt.Errorf("--standby-samples: %d is out of range (1–100)", o.StandbySamples)
+	}
+	if o.StandbyWindow == 0 {
+		o.StandbyWindow = 10 * time.Minute
+	}
+	if o.StandbyWindow < 10*time.Second || o.StandbyWindow%time.Second != 0 {
+		return fmt.Errorf("--standby-window: %s must be whole seconds, at least 10s (handshakes per hour need 10m or more)", o.StandbyWindow)
+	}
 	if o.UnboundedFragment == "" {
 		o.UnboundedFragment = DefaultUnbounded
 	}
@@ -253,6 +270,10 @@ func (o *Options) findTools() error {
 func (o *Options) runsScale() bool {
 	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, ScaleWorkload)
 }
+
+// runsStandbyCost reports whether the standby-cost workload is measured:
+// only when asked for (its windows take minutes).
+func (o *Options) runsStandbyCost() bool { return slices.Contains(o.Workloads, StandbyCostWorkload) }
 
 // runsFailover reports whether the failover workload is measured.
 func (o *Options) runsFailover() bool {

@@ -37,6 +37,9 @@ func TestNormalizeProfiles(t *testing.T) {
 	if err := f.Normalize(); err != nil {
 		t.Errorf("failover options refused: %v", err)
 	}
+	if o.StandbySamples != 3 || o.StandbyWindow != 10*time.Minute || o.runsStandbyCost() {
+		t.Errorf("standby-cost: %d rounds of %s, runs by default %v", o.StandbySamples, o.StandbyWindow, o.runsStandbyCost())
+	}
 	if o.UDPLen != 1392 || o.Out != "benchmark.json" {
 		t.Errorf("defaults: udpLen %d out %q", o.UDPLen, o.Out)
 	}
@@ -81,6 +84,10 @@ func TestNormalizeRejects(t *testing.T) {
 		"failover stream probe low": {FailoverStreamProbe: 500 * time.Millisecond},
 		"failover shaping":          {FailoverShaping: "loss50pct"},
 		"failover scenario":         {FailoverScenarios: []string{"stream"}},
+		// The standby-cost workload's rounds and window.
+		"standby samples":      {StandbySamples: 101},
+		"standby window short": {StandbyWindow: 5 * time.Second},
+		"standby window frac":  {StandbyWindow: 10500 * time.Millisecond},
 	} {
 		fakeTools(&o)
 		if err := o.Normalize(); err == nil {

@@ -101,6 +101,7 @@ func printRest(w io.Writer, res *Result) {
 	printUpDown(w, res.UpDown)
 	printScale(w, res.Scale)
 	printFailover(w, res.Failover)
+	printStandbyCost(w, res.StandbyCost)
 	fmt.Fprintln(w, "\ntargets:")
 	for _, t := range res.Targets {
 		mark := "MET   "

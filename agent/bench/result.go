@@ -35,7 +35,9 @@ type Result struct {
 	Scale *Scale `json:"scale,omitempty"`
 	// Failover times the agent's failover across a pool of two servers.
 	Failover *Failover `json:"failover,omitempty"`
-	Modes    []ModeEnd `json:"modes"` // per mode: nft counters captured after the mode's last sample
+	// StandbyCost is what a warm standby costs a namespace (issue 25).
+	StandbyCost *StandbyCost `json:"standbyCost,omitempty"`
+	Modes       []ModeEnd    `json:"modes"` // per mode: nft counters captured after the mode's last sample
 
 	Summary []Summary `json:"summary"`
 	Paired  []Paired  `json:"paired"`
@@ -110,6 +112,8 @@ type Settings struct {
 	ScaleN           int      `json:"scaleNamespaces,omitempty"`
 	UnboundedConfig  string   `json:"unboundedConfigFragment,omitempty"`
 	FailoverProbeSec float64  `json:"failoverProbeIntervalSec,omitempty"`
+	StandbySamples   int      `json:"standbyCostRounds,omitempty"`
+	StandbyWindowSec float64  `json:"standbyCostWindowSec,omitempty"`
 	Workloads        []string `json:"workloads"`
 	TunnelMTU        int      `json:"tunnelMtu"`
 	ClockTicksPerS   int      `json:"procStatTicksPerSec"`

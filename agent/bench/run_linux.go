@@ -279,6 +279,13 @@ func (r *runner) measure(ctx context.Context) error {
 			return err
 		}
 	}
+	if o.runsStandbyCost() {
+		sc, err := r.standbyCost(ctx)
+		r.res.StandbyCost = sc
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -359,3 +359,44 @@ func TestSmokeFailover(t *testing.T) {
 		t.Errorf("no failover target in %+v", res.Targets)
 	}
 }
+
+// TestSmokeStandbyCost runs the standby-cost workload in its shortest
+// form: one round (a 10 s idle window with a warm standby, one without).
+// Its controls (the standby's server answered a handshake; the server
+// that is no standby heard nothing) are the sample's own; here the
+// figures must be there and plausible.
+func TestSmokeStandbyCost(t *testing.T) {
+	o := Options{
+		Samples: 1, Duration: time.Second, Omit: 0, Modes: []Mode{ModeTunnel},
+		Workloads: []string{StandbyCostWorkload}, StandbySamples: 1, StandbyWindow: 10 * time.Second,
+		Backend: config.BackendUserspace, Shaping: "off",
+	}
+	res := runSmoke(t, &o, 90*time.Second)
+	c := res.StandbyCost
+	if c == nil || len(c.Arms) != 2 || c.Topology == "" {
+		t.Fatalf("standby cost: %+v", c)
+	}
+	if left, _ := filepath.Glob(filepath.Join(names.NetnsDir, c.Topology+"*")); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	for _, a := range c.Arms {
+		if len(a.Samples) != 1 || a.Failed != 0 {
+			t.Fatalf("arm %s: %+v", a.Name, a.Samples)
+		}
+		s := a.Samples[0]
+		if s.RSSKiB < 1024 || s.PSSKiB <= 0 || s.PSSKiB > s.RSSKiB || s.HeapBytes <= 0 || s.WindowSec < 10 || s.CPUTicks < 0 {
+			t.Errorf("arm %s: sample %+v", a.Name, s)
+		}
+		want := map[string]string{SBWith: "warm", SBWithout: "none"}[a.Name]
+		if s.StandbyStart != want || s.StandbyEnd != want {
+			t.Errorf("arm %s: standby %q..%q, want %q", a.Name, s.StandbyStart, s.StandbyEnd, want)
+		}
+	}
+	if w := c.arm(SBWith).Samples[0]; w.BeforeWindow.InitIn == 0 {
+		t.Errorf("the standby's server counted no handshake: %+v", w.BeforeWindow)
+	}
+	if _, ok := targetByName(res.Targets, "standby-extra-rss-mib"); !ok {
+		t.Errorf("no standby target in %+v", res.Targets)
+	}
+	t.Logf("standby cost: RSS %+.2f MiB with a warm standby", c.ExtraRSSMiB)
+}

@@ -95,7 +95,8 @@ func Targets(res *Result) []Target {
 	}
 	out = append(out, memoryTargets(res)...)
 	out = append(out, scaleTargets(res.Scale)...)
-	return append(out, failoverTargets(res.Failover)...)
+	out = append(out, failoverTargets(res.Failover)...)
+	return append(out, standbyTargets(res.StandbyCost)...)
 }
 
 func udTarget(name string, d Dist, shell *UDPath, up bool, limit float64) Target {

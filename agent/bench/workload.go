@@ -174,7 +174,7 @@ func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
 	}
 	var out []Workload
 	for _, n := range names {
-		if n == UpDownWorkload || n == FailoverWorkload || n == ScaleWorkload {
+		if n == UpDownWorkload || n == FailoverWorkload || n == ScaleWorkload || n == StandbyCostWorkload {
 			continue
 		}
 		i := slices.IndexFunc(all, func(w Workload) bool { return w.Name == n })
@@ -187,7 +187,7 @@ func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
 			if strings.HasSuffix(n, PacedSuffix) {
 				hint = "; the paced workloads need --pace, e.g. --pace 800M"
 			}
-			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s, %s, %s)%s", n, strings.Join(known, ", "), UpDownWorkload, FailoverWorkload, ScaleWorkload, hint)
+			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s, %s, %s, %s)%s", n, strings.Join(known, ", "), UpDownWorkload, FailoverWorkload, ScaleWorkload, StandbyCostWorkload, hint)
 		}
 		out = append(out, all[i])
 	}
