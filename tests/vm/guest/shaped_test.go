@@ -84,7 +84,8 @@ func TestKernelShapedLinks(t *testing.T) {
 
 // shapedVerdict checks a shaped-link run (see TestKernelShapedLinks) and returns its summary:
 // per scenario, the tunnel/direct ratio of each TCP workload's throughput (median of the
-// per-round ratios) and each ping workload's idle median, tunnel/direct, e.g.
+// per-round ratios) and each ping (rr) workload's idle (request/response) median in ms,
+// tunnel/direct, e.g.
 //
 //	delay20ms: tcp1-up x0.93, ping-idle 20.4/20.3 ms; loss1pct: tcp1-up x0.88, ping-idle 10.5/10.4 ms
 func shapedVerdict(res *bench.Result) (string, error) {
@@ -154,9 +155,9 @@ func shapedVerdict(res *bench.Result) (string, error) {
 			}
 			parts[sc] = append(parts[sc], fmt.Sprintf("%s x%s", name, ratio(res.Paired, w, "throughput")))
 		case string(bench.KindPing):
-			parts[sc] = append(parts[sc], fmt.Sprintf("%s %s/%s ms", name, median(res.Summary, w, bench.ModeTunnel, bench.MPingP50), median(res.Summary, w, bench.ModeDirect, bench.MPingP50)))
+			parts[sc] = append(parts[sc], fmt.Sprintf("%s %s/%s ms", name, median(res.Summary, w, bench.ModeTunnel, bench.MPingP50, 1), median(res.Summary, w, bench.ModeDirect, bench.MPingP50, 1)))
 		case string(bench.KindRR):
-			parts[sc] = append(parts[sc], fmt.Sprintf("%s %s/%s µs", name, median(res.Summary, w, bench.ModeTunnel, bench.MRRP50), median(res.Summary, w, bench.ModeDirect, bench.MRRP50)))
+			parts[sc] = append(parts[sc], fmt.Sprintf("%s %s/%s ms", name, median(res.Summary, w, bench.ModeTunnel, bench.MRRP50, 1e-3), median(res.Summary, w, bench.ModeDirect, bench.MRRP50, 1e-3)))
 		}
 	}
 	if len(scenarios) == 0 {
@@ -182,11 +183,11 @@ func ratio(ps []bench.Paired, w, metric string) string {
 	return "?"
 }
 
-// median is a workload's, mode's and metric's median.
-func median(sums []bench.Summary, w string, m bench.Mode, metric string) string {
+// median is a workload's, mode's and metric's median, times scale.
+func median(sums []bench.Summary, w string, m bench.Mode, metric string, scale float64) string {
 	for _, s := range sums {
 		if s.Workload == w && s.Mode == m && s.Metric == metric {
-			return fmt.Sprintf("%.1f", s.Median)
+			return fmt.Sprintf("%.1f", s.Median*scale)
 		}
 	}
 	return "?"
