@@ -187,8 +187,8 @@ let
       dns = clean { inherit (ns.dns) mode servers search; };
       # probe.enable = false is "probe": null (off, the default probe
       # too), written past clean; unset, the agent's default applies.
-      # fast is written only when true, preferFirst only when set (null:
-      # the agent's default, on).
+      # fast is written only when true, preferFirst and standby only when
+      # set (null: the agent's default, on).
       health =
         (
           if !ns.health.probe.enable then
@@ -199,7 +199,7 @@ let
             }
         )
         // lib.optionalAttrs ns.health.fast { fast = true; }
-        // clean { inherit (ns.health) preferFirst; };
+        // clean { inherit (ns.health) preferFirst standby; };
       metrics = clean { inherit (ns.metrics) listen; };
       memory = clean { inherit (ns.memory) packetBuffers; };
       # No `sidecar` (issue 23) on purpose: sidecar mode confines the
@@ -610,6 +610,20 @@ let
             5 minutes doubles the wait, up to 30 minutes). `null`: the
             agent's default, on. Takes effect only with a warm standby (the
             pool's servers share the client key and addresses).
+          '';
+        };
+
+        health.standby = nullOption types.bool {
+          example = false;
+          description = ''
+            Keep the pool's next server warm (a second peer handshaken while
+            the active server works), so that a dead server is left at once.
+            `false`: no standby; a dead server is retried once, then the next
+            one gets a cold handshake, and status shows standby "none" with
+            the reason "off". Turn it off when the provider counts the
+            standby's session as a second connection, or to save its cost:
+            a handshake with a second server about every 2 minutes and a
+            keepalive every 25 s. `null`: the agent's default, on.
           '';
         };
 

@@ -67,6 +67,12 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 			return o, fmt.Errorf("--failover-probe: %q is not a duration (e.g. 2s)", *f.foProbe)
 		}
 	}
+	if *f.foStreamProbe != "" {
+		if o.FailoverStreamProbe, err = parseSeconds(*f.foStreamProbe); err != nil {
+			return o, fmt.Errorf("--failover-stream-probe: %q is not a duration (e.g. 5s)", *f.foStreamProbe)
+		}
+	}
+	o.FailoverStandby, o.FailoverShaping = *f.foStandby, *f.foShaping
 	if *f.foScenarios != "" {
 		o.FailoverScenarios = strings.Split(*f.foScenarios, ",")
 	}

@@ -2,8 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vpn-confinement/vpn-confinement/agent/engine"
 )
 
 func foScenario(name string, probe float64, samples ...FOSample) *FOScenario {
@@ -88,5 +92,110 @@ func TestFailoverSummaries(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+func TestStandbyOrderAlternates(t *testing.T) {
+	var firsts []string
+	for round := range 4 {
+		o := standbyOrder(StandbyAB, round)
+		if len(o) != 2 || o[0] == o[1] {
+			t.Fatalf("round %d: %v", round, o)
+		}
+		firsts = append(firsts, o[0])
+	}
+	if strings.Join(firsts, ",") != "on,off,on,off" {
+		t.Errorf("A/B order by round: %v, want alternating", firsts)
+	}
+	if o := standbyOrder(StandbyOff, 1); len(o) != 1 || o[0] != StandbyOff {
+		t.Errorf("off only: %v", o)
+	}
+}
+
+func cell(name, standby string, probe float64, samples ...FOSample) *FOScenario {
+	sc := foScenario(name, probe, samples...)
+	sc.Standby = standby
+	sc.summarize()
+	return sc
+}
+
+// Issue 25's targets are the standby-on cells' totals; issue 13's are
+// taken from the standby-off cell (the recovery they were set for).
+func TestFailoverStandbyTargets(t *testing.T) {
+	f := &Failover{Scenarios: []*FOScenario{
+		cell(FOStreamProbe, StandbyOn, 5, fo(8, 8.2), fo(9, 9.1), fo(10.5, 10.6)),
+		cell(FOStreamProbe, StandbyOff, 5, fo(8, 15), fo(9, 16), fo(10, 17)),
+		cell(FOStreamFast, StandbyOn, 1, fo(1.9, 2.1), fo(2.0, 2.2), fo(1.2, 1.4)),
+		cell(FOStreamFast, StandbyOff, 1, fo(1.5, 4)),
+		cell(FOTraffic, StandbyOn, 0, fo(16, 16.2)),
+		cell(FOTraffic, StandbyOff, 0, fo(21, 29)),
+	}}
+	ts := failoverTargets(f)
+	for name, want := range map[string]bool{
+		"failover-stream-probe-standby-resume-s": true,  // 9.1 <= 10
+		"failover-stream-fast-standby-resume-s":  false, // 2.1 > 2
+		"failover-traffic-detect-s":              false, // the off cell: 21 > 20
+		"failover-traffic-resume-s":              true,
+	} {
+		got, ok := targetByName(ts, name)
+		if !ok || got.Met != want {
+			t.Errorf("%s: %+v (found %v), want met %v", name, got, ok, want)
+		}
+	}
+	if got, _ := targetByName(ts, "failover-stream-probe-standby-resume-s"); !strings.Contains(got.Detail, "standby off: 16.00") || !strings.Contains(got.Detail, "max 10.60 exceeds") {
+		t.Errorf("detail %q", got.Detail)
+	}
+	var b bytes.Buffer
+	printFailover(&b, f)
+	for _, want := range []string{"stream-probe, standby on", "stream-fast, standby off", "first packet"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// The split: the agent's own record of the verdict and the switch when
+// it has them, checked against the death; the polls otherwise.
+func TestFailoverSplit(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var s FOSample
+	lv := &engine.Liveness{DeadAt: at(4.2), SwitchedAt: at(4.25)}
+	if err := s.split(t0, at(4.3), at(4.3), at(4.4), lv); err != nil || s.Timing != "agent" ||
+		math.Abs(s.DetectSec-4.2) > 1e-9 || math.Abs(s.SwitchSec-0.05) > 1e-9 || math.Abs(s.FirstPacketSec-0.15) > 1e-9 || math.Abs(s.ResumeSec-4.4) > 1e-9 {
+		t.Errorf("agent timing: %+v %v", s, err)
+	}
+	// A verdict before the death is of something else: refused.
+	if err := (&FOSample{}).split(t0, at(1), at(1), at(2), &engine.Liveness{DeadAt: at(-1), SwitchedAt: at(1)}); err == nil {
+		t.Error("a verdict before the death accepted")
+	}
+	if err := (&FOSample{}).split(t0, at(1), at(1), at(2), &engine.Liveness{DeadAt: at(1), SwitchedAt: at(0.5)}); err == nil {
+		t.Error("a switch before the verdict accepted")
+	}
+	// An agent without the record: the polls; an echo seen before the
+	// poll saw the switch counts as a first packet at once.
+	var p FOSample
+	if err := p.split(t0, at(3), at(9), at(8.95), &engine.Liveness{}); err != nil || p.Timing != "poll" ||
+		math.Abs(p.DetectSec-3) > 1e-9 || math.Abs(p.SwitchSec-6) > 1e-9 || p.FirstPacketSec != 0 || math.Abs(p.ResumeSec-8.95) > 1e-9 {
+		t.Errorf("poll timing: %+v %v", p, err)
+	}
+}
+
+// The chart has a panel per failover scenario: a group per standby
+// setting, the target dashed.
+func TestFailoverChart(t *testing.T) {
+	f := &Failover{Scenarios: []*FOScenario{
+		cell(FOStreamFast, StandbyOn, 1, fo(1.2, 1.4)),
+		cell(FOStreamFast, StandbyOff, 1, fo(1.5, 4)),
+	}}
+	f.Scenarios[0].Description = "the fast scenario"
+	svg := Chart(&Result{Failover: f})
+	for _, want := range []string{"Failover, the fast scenario", "standby on", "standby off", "the 2 s target", "stroke-dasharray"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+	if ps := failoverPanels(&Failover{Scenarios: []*FOScenario{cell(FOTraffic, StandbyOn, 0, FOSample{Error: "x"})}}); len(ps) != 0 {
+		t.Errorf("a panel without a good sample: %+v", ps)
 	}
 }

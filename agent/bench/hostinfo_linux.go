@@ -97,6 +97,7 @@ func settingsOf(o *Options) Settings {
 	if o.runsFailover() {
 		s.Workloads = append(s.Workloads, FailoverWorkload)
 		s.FailoverSamples, s.FailoverProbeSec = o.FailoverSamples, o.FailoverProbe.Seconds()
+		s.FailoverStreamProbeSec, s.FailoverStandby, s.FailoverShaping = o.FailoverStreamProbe.Seconds(), o.FailoverStandby, o.FailoverShaping
 	}
 	return s
 }

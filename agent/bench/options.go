@@ -38,8 +38,18 @@ type Options struct {
 	// FailoverProbe is health.probe's interval in the probe scenario
 	// (0: 2s).
 	FailoverProbe time.Duration
-	Shaping       string // "auto": netem scenarios if available; "off"
-	MTU           int    // tunnel MTU
+	// FailoverStreamProbe is health.probe's interval in the stream-probe
+	// scenario (0: 5s).
+	FailoverStreamProbe time.Duration
+	// FailoverStandby: "ab" (default: each scenario with health.standby
+	// on and off, alternating which goes first), "on" or "off".
+	FailoverStandby string
+	// FailoverShaping names a shaped-link scenario (shaping.go) put on
+	// the failover pool's underlay ("": none); without sch_netem the
+	// failover is skipped with the reason recorded.
+	FailoverShaping string
+	Shaping         string // "auto": netem scenarios if available; "off"
+	MTU             int    // tunnel MTU
 	// ScaleN: namespaces of the scale workload (0: the profile's).
 	ScaleN int
 	// AgentBin is the vpn-agent binary the agent modes run ("": see
@@ -166,6 +176,22 @@ func (o *Options) Normalize() error {
 	}
 	if o.FailoverProbe < time.Second || o.FailoverProbe%time.Second != 0 {
 		return fmt.Errorf("--failover-probe: %s must be whole seconds, at least 1s (health.probe's minimum)", o.FailoverProbe)
+	}
+	if o.FailoverStreamProbe == 0 {
+		o.FailoverStreamProbe = 5 * time.Second
+	}
+	if o.FailoverStreamProbe < time.Second || o.FailoverStreamProbe%time.Second != 0 {
+		return fmt.Errorf("--failover-stream-probe: %s must be whole seconds, at least 1s (health.probe's minimum)", o.FailoverStreamProbe)
+	}
+	switch o.FailoverStandby {
+	case "":
+		o.FailoverStandby = StandbyAB
+	case StandbyAB, StandbyOn, StandbyOff:
+	default:
+		return fmt.Errorf("--failover-standby: use ab, on or off, not %q", o.FailoverStandby)
+	}
+	if _, ok := shapingByName(o.FailoverShaping); o.FailoverShaping != "" && !ok {
+		return fmt.Errorf("--failover-shaping: unknown scenario %q (use %s)", o.FailoverShaping, strings.Join(shapingNames(), ", "))
 	}
 	for _, sc := range o.FailoverScenarios {
 		if !slices.Contains(FailoverScenarios, sc) {

@@ -30,6 +30,14 @@ func TestNormalizeProfiles(t *testing.T) {
 	if o.ScaleN != 20 || o.UnboundedFragment != DefaultUnbounded {
 		t.Errorf("quick: scale %d, unbounded fragment %q", o.ScaleN, o.UnboundedFragment)
 	}
+	if o.FailoverStandby != StandbyAB || o.FailoverStreamProbe != 5*time.Second || o.FailoverShaping != "" {
+		t.Errorf("failover defaults: standby %q, stream probe %v, shaping %q", o.FailoverStandby, o.FailoverStreamProbe, o.FailoverShaping)
+	}
+	f := Options{Omit: -1, FailoverStandby: StandbyOff, FailoverShaping: "loss1pct", FailoverScenarios: []string{FOStreamProbe, FOStreamFast}}
+	fakeTools(&f)
+	if err := f.Normalize(); err != nil {
+		t.Errorf("failover options refused: %v", err)
+	}
 	if o.UDPLen != 1392 || o.Out != "benchmark.json" {
 		t.Errorf("defaults: udpLen %d out %q", o.UDPLen, o.Out)
 	}
@@ -68,6 +76,12 @@ func TestNormalizeRejects(t *testing.T) {
 		"pace":      {Pace: "fast"},
 		"pace unit": {Pace: "800Mbps"},
 		"pace zero": {Pace: "0M"},
+		// The failover's A/B, stream probe and shaping.
+		"failover standby":          {FailoverStandby: "both"},
+		"failover stream probe":     {FailoverStreamProbe: 1500 * time.Millisecond},
+		"failover stream probe low": {FailoverStreamProbe: 500 * time.Millisecond},
+		"failover shaping":          {FailoverShaping: "loss50pct"},
+		"failover scenario":         {FailoverScenarios: []string{"stream"}},
 	} {
 		fakeTools(&o)
 		if err := o.Normalize(); err == nil {

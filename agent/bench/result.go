@@ -116,6 +116,10 @@ type Settings struct {
 	FreshIperf3Srv   bool     `json:"freshIperf3ServerPerSample"`
 	ProberKind       string   `json:"prober"`
 	RequestResponse  string   `json:"requestResponse"`
+	// The failover's stream-probe interval, standby A/B and shaping.
+	FailoverStreamProbeSec float64 `json:"failoverStreamProbeIntervalSec,omitempty"`
+	FailoverStandby        string  `json:"failoverStandby,omitempty"`
+	FailoverShaping        string  `json:"failoverShaping,omitempty"`
 }
 
 // Topology records the namespaces and the interfaces' diagnostics

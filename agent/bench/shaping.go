@@ -2,25 +2,45 @@ package bench
 
 import "slices"
 
-// scenario is a shaped-link setting: netem on both ends of the underlay
-// veth, so direct and tunnelled traffic get exactly the same shaping.
-type scenario struct {
-	name, desc string
-	netem      []string // netem arguments, per direction
-	workloads  []Workload
-	modes      []Mode
-}
-
-// scenarios are the shaped links offered when netem exists: netem on both
-// ends of the underlay veth, the same for direct and tunnelled traffic
-// (shaping_linux.go).
-var scenarios = []struct {
+// shapingScenario is a named netem setting, per direction.
+type shapingScenario struct {
 	name  string
 	netem []string
 	desc  string
-}{
+}
+
+// scenarios are the shaped links offered when netem exists (the failover
+// workload's --failover-shaping takes their names too).
+var scenarios = []shapingScenario{
 	{"delay20ms", []string{"delay", "10ms"}, "10 ms each way (20 ms added round trip)"},
 	{"loss1pct", []string{"delay", "5ms", "loss", "0.5%"}, "5 ms and 0.5% loss each way (about 1% per round trip)"},
+}
+
+// shapingNames are the scenarios' names.
+func shapingNames() []string {
+	var out []string
+	for _, s := range scenarios {
+		out = append(out, s.name)
+	}
+	return out
+}
+
+// shapingByName is the scenario called name (ok false: none).
+func shapingByName(name string) (shapingScenario, bool) {
+	i := slices.IndexFunc(scenarios, func(s shapingScenario) bool { return s.name == name })
+	if i < 0 {
+		return shapingScenario{}, false
+	}
+	return scenarios[i], true
+}
+
+// scenario is a shaped-link setting with its workloads: netem on both
+// ends of the underlay veth, so direct and tunnelled traffic get exactly
+// the same shaping (shaping_linux.go).
+type scenario struct {
+	shapingScenario
+	workloads []Workload
+	modes     []Mode
 }
 
 // ShapedBase are the workloads each shaped-link scenario runs, named
@@ -49,7 +69,7 @@ func selectShaped(names []string, modes []Mode) []scenario {
 	base, _ := FilterWorkloads(Workloads([]int{1}, ""), ShapedBase)
 	var out []scenario
 	for _, s := range scenarios {
-		sc := scenario{name: s.name, desc: s.desc, netem: s.netem, modes: modes}
+		sc := scenario{shapingScenario: s, modes: modes}
 		for _, w := range base {
 			w.Name += "@" + s.name
 			w.Shaping = s.name

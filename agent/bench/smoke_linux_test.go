@@ -317,20 +317,23 @@ func BenchmarkEngineUpDown(b *testing.B) {
 }
 
 // TestSmokeFailover runs the failover workload once, in its shortest
-// form: the probe scenario at a 1 s interval (the traffic scenario waits
-// for WireGuard's timers, about 16 s to detection, too long for a smoke
-// test). It checks that the agent failed over to the second server and
-// that nothing is left over.
+// form: the stream-fast scenario (health.fast, the stream flowing), one
+// round of the standby A/B (the traffic scenario waits for WireGuard's
+// timers, about 16 s to detection, too long for a smoke test). It checks
+// that the agent failed over to the second server in both cells, warm
+// with the standby on and not with it off (the A/B's control), that the
+// split comes from the agent's own record, and that nothing is left
+// over.
 func TestSmokeFailover(t *testing.T) {
 	o := Options{
 		Samples: 1, Duration: time.Second, Omit: 0, Modes: []Mode{ModeTunnel},
 		Workloads: []string{FailoverWorkload}, FailoverSamples: 1,
-		FailoverScenarios: []string{FOProbe}, FailoverProbe: time.Second,
-		Backend: config.BackendUserspace, Shaping: "off",
+		FailoverScenarios: []string{FOStreamFast},
+		Backend:           config.BackendUserspace, Shaping: "off",
 	}
 	res := runSmoke(t, &o, 60*time.Second)
 	f := res.Failover
-	if f == nil || len(f.Scenarios) != 1 || f.Topology == "" {
+	if f == nil || len(f.Scenarios) != 2 || f.Topology == "" {
 		t.Fatalf("failover: %+v", f)
 	}
 	for _, id := range []string{f.Topology} {
@@ -338,16 +341,21 @@ func TestSmokeFailover(t *testing.T) {
 			t.Errorf("namespaces left behind: %v", left)
 		}
 	}
-	sc := f.Scenarios[0]
-	if sc.Name != FOProbe || len(sc.Samples) != 1 || sc.Failed != 0 {
-		t.Fatalf("scenario %+v", sc)
+	for _, sc := range f.Scenarios {
+		if sc.Name != FOStreamFast || len(sc.Samples) != 1 || sc.Failed != 0 {
+			t.Fatalf("cell %s: %+v", sc.Cell(), sc)
+		}
+		s := sc.Samples[0]
+		if s.ServerAfter != 1 || s.DetectSec <= 0 || s.SwitchSec < 0 || s.ResumeSec < s.DetectSec+s.SwitchSec || s.Failovers < 1 || s.Timing != "agent" || s.EchoesBefore == 0 {
+			t.Errorf("cell %s: sample %+v", sc.Cell(), s)
+		}
+		warm := sc.Standby == StandbyOn
+		if s.WarmSwitch != warm || (warm && s.StandbyBefore != "warm") || (!warm && s.StandbyBefore != "none (off)") {
+			t.Errorf("cell %s: warm switch %v, standby at the death %q", sc.Cell(), s.WarmSwitch, s.StandbyBefore)
+		}
+		t.Logf("failover %s: detect %.2f s, switch %.2f s, first packet %.2f s, total %.2f s", sc.Cell(), s.DetectSec, s.SwitchSec, s.FirstPacketSec, s.ResumeSec)
 	}
-	s := sc.Samples[0]
-	if s.ServerAfter != 1 || s.DetectSec <= 0 || s.ResumeSec < s.DetectSec || s.Failovers < 1 {
-		t.Errorf("sample %+v", s)
-	}
-	if _, ok := targetByName(res.Targets, "failover-probe-detect-intervals"); !ok {
+	if _, ok := targetByName(res.Targets, "failover-stream-fast-standby-resume-s"); !ok {
 		t.Errorf("no failover target in %+v", res.Targets)
 	}
-	t.Logf("failover (probe 1s x %d): detected %.2f s, traffic through the second server %.2f s", sc.ProbeFailures, s.DetectSec, s.ResumeSec)
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -32,6 +33,9 @@ func Chart(res *Result) string {
 	}
 	if g, s := upDownGroups(res); len(g) > 0 {
 		y = c.bars(20, y, chartWidth-40, 200, "Namespace up / down (ms): in-process engine vs ip/wg/nft shell baseline", s, g, nil) + 24
+	}
+	for _, p := range failoverPanels(res.Failover) {
+		y = c.bars(20, y, chartWidth-40, 260, p.title, foSeries, p.groups, p.lines) + 24
 	}
 	var out strings.Builder
 	fmt.Fprintf(&out, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="12">`+"\n", chartWidth, y+10, chartWidth, y+10)
@@ -545,3 +549,52 @@ func wrap(s string, n int) []string {
 var escaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;")
 
 func esc(s string) string { return escaper.Replace(s) }
+
+// foSeries are a failover's parts: the bars of each cell.
+var foSeries = []series{{"detect (death to verdict)", "#4e79a7"}, {"switch (verdict to next server)", "#f28e2b"}, {"first packet (switch to first echo)", "#59a14f"}, {"total (death to first echo)", "#e15759"}}
+
+type foPanel struct {
+	title  string
+	groups []group
+	lines  []float64
+}
+
+// failoverPanels draws each failover scenario's split, one group per
+// standby setting, with issue 25's target as a dashed line.
+func failoverPanels(f *Failover) []foPanel {
+	if f == nil {
+		return nil
+	}
+	var out []foPanel
+	for _, name := range FailoverScenarios {
+		var p foPanel
+		for _, sc := range f.Scenarios {
+			if sc.Name != name || sc.Resume.N == 0 {
+				continue
+			}
+			label := "standby " + cmp.Or(sc.Standby, "?")
+			p.groups = append(p.groups, group{label: label, sub: []string{fmt.Sprintf("n=%d, total %s s", sc.Resume.N, fmtDist(sc.Resume))},
+				vals: []Dist{sc.Detect, sc.Switch, sc.FirstPacket, sc.Resume}})
+			if p.title == "" {
+				p.title = "Failover, " + sc.Description
+			}
+		}
+		if len(p.groups) == 0 {
+			continue
+		}
+		p.title = fmt.Sprintf("%s (s; bar: median, whisker: min–max)", p.title)
+		switch name {
+		case FOStreamProbe:
+			p.lines = []float64{targetFOStreamProbeSec}
+			p.title += ". Dashed: the 10 s target with the standby"
+		case FOStreamFast:
+			p.lines = []float64{targetFOStreamFastSec}
+			p.title += ". Dashed: the 2 s target with the standby"
+		}
+		if f.Shaping != "" {
+			p.title += "; underlay " + f.Shaping
+		}
+		out = append(out, p)
+	}
+	return out
+}

@@ -135,7 +135,7 @@ func notes(res *Result) []string {
 		n = append(n, fmt.Sprintf("%d of %d samples shared the CPUs with foreign work (machine CPU outside the bench's processes above a quarter of a CPU, cpu.otherSec): their whole-machine CPU figures, and probably their throughput, are disturbed.", c, total))
 	}
 	if res.Failover != nil {
-		n = append(n, "Failover: times from the death of the active server (its WireGuard UDP dropped) on a local pool of two userspace providers; they are set by the agent's timers (WireGuard's, the probe's, the 1 s check interval), not by throughput, so the machine's load moves them little. Resolution: state polled every 50 ms; the traffic stream's echoes take up to 250 ms each, one per 100 ms. Only the traffic scenario's stream and the probe are traffic: a real service's traffic pattern changes when WireGuard's timers fire.")
+		n = append(n, "Failover: times from the death of the active server (its WireGuard UDP dropped) on a local pool of two userspace providers; they are set by the agent's timers (WireGuard's, the probe's, the 1 s check interval), not by throughput, so the machine's load moves them little. Resolution: the verdict and the switch are the agent's own timestamps (the state file's deadAt and switchedAt; timing poll: the state file polled every 50 ms); the stream starts an echo every 100 ms (each attempt up to 250 ms, up to 4 in flight), so the first packet is seen within about 100 ms plus a round trip. Only the streaming scenarios' echoes and the probe are traffic: a real service's traffic pattern changes when WireGuard's timers fire.")
 	}
 	for _, a := range res.Agents {
 		if slices.Contains(a.Args, "--check-interval") {

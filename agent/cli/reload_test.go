@@ -181,6 +181,7 @@ func TestReloadClassifiesEveryConfigField(t *testing.T) {
 			}
 		}, live: []string{"health"}},
 		"health.preferFirst":            {after: func(c *config.Config) { c.Health.PreferFirst = new(bool) }, live: []string{"health"}},
+		"health.standby":                {after: func(c *config.Config) { c.Health.Standby = new(bool) }, live: []string{"health"}},
 		"metrics.listen":                {after: func(c *config.Config) { c.Metrics.Listen = "127.0.0.1:9587" }, live: []string{"metrics"}},
 		"portForwarding.natpmp.gateway": {after: func(c *config.Config) { pf(c).NATPMP.Gateway = "10.2.0.5" }, live: []string{"portForwarding"}},
 		"portForwarding.natpmp.style":   {after: func(c *config.Config) { pf(c).NATPMP.Style = "rfc"; pf(c).NATPMP.InternalPort = 51413 }, live: []string{"portForwarding"}},

@@ -223,6 +223,16 @@ type Health struct {
 	// a standby (a pool of one, servers with their own client keys or
 	// addresses) it has no effect.
 	PreferFirst *bool `json:"preferFirst,omitempty"`
+	// Standby (default true) keeps the pool's next server warm, a
+	// second peer handshaken while the active server works (see "Warm
+	// standby"), so that a dead server is left at once. false keeps no
+	// standby: a dead server is retried once, then the next one gets a
+	// cold handshake, as with servers that cannot share a device. Turn
+	// it off when the provider counts the standby's session as a second
+	// connection (a device limit), or to save its cost: one handshake
+	// about every 2 minutes and a 32-byte keepalive every 25 s to a
+	// second server. status shows standby "none" with the reason "off".
+	Standby *bool `json:"standby,omitempty"`
 	// NoProbe records "probe": null (encoding/json reads a null as
 	// absent): the probe is off, not defaulted.
 	NoProbe bool `json:"-"`

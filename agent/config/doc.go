@@ -233,6 +233,14 @@
 // (standby "none"). status and /metrics show the standby, its state
 // (arming, warm, dead, none) and its handshake age.
 //
+// health.standby (default true) turns the standby off: some providers
+// count the standby's session as a second connection (a device limit),
+// and it costs a handshake with a second server about every 2 minutes
+// and a keepalive every 25 s. Off, a dead server is retried once, then
+// the next one gets a cold handshake (the failover above), and status
+// shows standby "none" with the reason "off". A reload that turns it off
+// removes the standby's peer; one that turns it on arms one.
+//
 // # The metrics listener
 //
 // metrics.listen serves /metrics, /healthz and /readyz without

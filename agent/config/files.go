@@ -17,14 +17,21 @@ const maxFileSize = 1 << 20
 // fileRule says what a file the agent reads must satisfy besides being a
 // regular file owned by root (or the agent's own user).
 type fileRule struct {
-	field   string      // the field naming the file, for errors
-	deny    os.FileMode // permission bits that must be clear
-	what    string      // "readable or writable" / "writable", for errors
-	anyUser bool        // owner not checked: build-time validation, which runs unprivileged and changes nothing
+	field   string                                         // the field naming the file, for errors
+	deny    os.FileMode                                    // permission bits that must be clear
+	what    string                                         // "readable or writable" / "writable", for errors
+	anyUser bool                                           // owner not checked: build-time validation, which runs unprivileged and changes nothing
+	seen    func(path string, secret bool, st os.FileInfo) // Options.Seen
 }
 
+// secretDeny is what a secret file's mode must not allow: group and
+// others, anything.
+const secretDeny os.FileMode = 0o077
+
 var (
-	secretRule = func(field string) fileRule { return fileRule{field: field, deny: 0o077, what: "readable or writable"} }
+	secretRule = func(field string) fileRule {
+		return fileRule{field: field, deny: secretDeny, what: "readable or writable"}
+	}
 	configRule = fileRule{field: "--config", deny: 0o022, what: "writable"}
 )
 
@@ -35,15 +42,61 @@ var (
 // link, and its owner, mode, type and size are checked on the open
 // descriptor, not on the path. Errors name the path, never the content.
 func readTrusted(path string, r fileRule) ([]byte, error) {
-	real, err := resolveTrusted(path, r)
+	f, st, err := openTrusted(path, r)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
+	if r.seen != nil {
+		r.seen(path, r.deny == secretDeny, st)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fieldErr(r.field, "make it readable by the agent (root)", "cannot read %s: %v", path, unwrapPathErr(err))
+	}
+	if len(data) > maxFileSize {
+		return nil, fieldErr(r.field, "check the path: this is no config or wg-quick file", "%s is larger than 1 MiB", path)
+	}
+	return data, nil
+}
+
+// StatTrusted checks the file at path as the agent reads it (a secret
+// file's rule, or a config file's), without reading it, and returns what
+// fstat says of the open file: the identity Options.Seen reported when it
+// was read. Status compares the two to know a file unchanged.
+func StatTrusted(path string, secret bool) (os.FileInfo, error) {
+	r := configRule
+	if secret {
+		r = secretRule("file")
+	}
+	f, st, err := openTrusted(path, r)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	return st, nil
+}
+
+// openTrusted is readTrusted up to the read: the open file and its fstat.
+func openTrusted(path string, r fileRule) (*os.File, os.FileInfo, error) {
+	real, err := resolveTrusted(path, r)
+	if err != nil {
+		return nil, nil, err
+	}
 	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fieldErr(r.field, "create the file or fix the path", "cannot open %s: %v", path, unwrapPathErr(err))
+		return nil, nil, fieldErr(r.field, "create the file or fix the path", "cannot open %s: %v", path, unwrapPathErr(err))
 	}
-	defer f.Close()
+	st, err := checkTrusted(f, path, r)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+// checkTrusted checks the open file f (at path) against r.
+func checkTrusted(f *os.File, path string, r fileRule) (os.FileInfo, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fieldErr(r.field, "", "stat %s: %v", path, unwrapPathErr(err))
@@ -63,14 +116,7 @@ func readTrusted(path string, r fileRule) ([]byte, error) {
 	if st.Size() > maxFileSize {
 		return nil, fieldErr(r.field, "check the path: this is no config or wg-quick file", "%s is larger than 1 MiB", path)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fieldErr(r.field, "make it readable by the agent (root)", "cannot read %s: %v", path, unwrapPathErr(err))
-	}
-	if len(data) > maxFileSize {
-		return nil, fieldErr(r.field, "check the path: this is no config or wg-quick file", "%s is larger than 1 MiB", path)
-	}
-	return data, nil
+	return st, nil
 }
 
 // resolveTrusted follows path's symbolic links one component at a time
@@ -182,7 +228,11 @@ func fixMode(perm, deny os.FileMode) string { return fmt.Sprintf("%o", perm&^den
 
 // readSecret reads a secret file (a wg-quick file or a key); its content
 // is never logged or echoed.
-func readSecret(field, path string) ([]byte, error) { return readTrusted(path, secretRule(field)) }
+func readSecret(field, path string, seen func(string, bool, os.FileInfo)) ([]byte, error) {
+	r := secretRule(field)
+	r.seen = seen
+	return readTrusted(path, r)
+}
 
 func unwrapPathErr(err error) error {
 	var pe *os.PathError

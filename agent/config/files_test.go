@@ -134,3 +134,55 @@ func TestConfigFileChecks(t *testing.T) {
 		}
 	})
 }
+
+// Options.Seen hears of every file LoadSpec reads (status keys what it
+// derives from them by their identity): the config, the key file, each
+// wg-quick file of a pool, each with what fstat said of it.
+func TestLoadSpecReportsEveryFileRead(t *testing.T) {
+	f := newFixture(t)
+	nl := f.secondServer(t, "10.3.0.1", "198.51.100.2:51820")
+	for name, wg := range map[string]map[string]any{
+		"structured, a key file":   f.structured()["wireguard"].(map[string]any),
+		"a pool of wg-quick files": {"configFiles": []any{f.wgFile, nl}},
+	} {
+		cfg := filepath.Join(f.dir, "config.json")
+		c := f.structured()
+		c["wireguard"] = wg
+		write(t, cfg, string(marshal(t, c)), 0o600)
+		seen, secret := map[string]os.FileInfo{}, map[string]bool{}
+		if _, err := LoadSpec(cfg, Options{Seen: func(p string, s bool, st os.FileInfo) { seen[p], secret[p] = st, s }}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := []string{cfg, f.keyFile}
+		if _, ok := wg["configFiles"]; ok {
+			want = []string{cfg, f.wgFile, nl}
+		}
+		if len(seen) != len(want) {
+			t.Errorf("%s: seen %v, want %v", name, seen, want)
+		}
+		for _, p := range want {
+			st, err := os.Stat(p)
+			if seen[p] == nil || err != nil || !os.SameFile(seen[p], st) || seen[p].Size() != st.Size() {
+				t.Errorf("%s: %s seen as %v (the file: %v, %v)", name, p, seen[p], st, err)
+			}
+			if secret[p] != (p != cfg) {
+				t.Errorf("%s: %s seen as secret: %v", name, p, secret[p])
+			}
+			// StatTrusted, under the same rule, names the same file.
+			if again, err := StatTrusted(p, secret[p]); err != nil || !os.SameFile(again, st) || again.ModTime() != st.ModTime() {
+				t.Errorf("%s: StatTrusted(%s) = %v, %v", name, p, again, err)
+			}
+		}
+	}
+	// What LoadSpec would refuse, StatTrusted refuses: a secret readable
+	// by others, a config others may write, a link to it.
+	os.Chmod(f.keyFile, 0o640)
+	if _, err := StatTrusted(f.keyFile, true); err == nil {
+		t.Error("StatTrusted: a key file readable by the group passed")
+	}
+	cfg := filepath.Join(f.dir, "open.json")
+	write(t, cfg, "{}", 0o666)
+	if _, err := StatTrusted(cfg, false); err == nil {
+		t.Error("StatTrusted: a world-writable config passed")
+	}
+}

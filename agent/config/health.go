@@ -25,6 +25,7 @@ const (
 
 func resolveHealth(c *Config, s *Spec) error {
 	s.PreferFirst = c.Health.PreferFirst == nil || *c.Health.PreferFirst
+	s.Standby = c.Health.Standby == nil || *c.Health.Standby
 	p := c.Health.Probe
 	if c.Health.Fast {
 		switch {

@@ -199,8 +199,21 @@ func TestHealthFastAndPreferFirst(t *testing.T) {
 		t.Fatalf("fast with an address: %+v %v", s.Probe, err)
 	}
 	m["health"] = map[string]any{"preferFirst": false}
-	if s, err = resolveJSON(t, m); err != nil || s.PreferFirst || s.Probe.Interval != DefaultProbeInterval {
-		t.Fatalf("preferFirst false: %v %+v %v", s.PreferFirst, s.Probe, err)
+	if s, err = resolveJSON(t, m); err != nil || s.PreferFirst || s.Probe.Interval != DefaultProbeInterval || !s.Standby {
+		t.Fatalf("preferFirst false: %v %+v %v (standby %v)", s.PreferFirst, s.Probe, err, s.Standby)
+	}
+	// health.standby: on by default (above), off when false, on when true.
+	m["health"] = map[string]any{"standby": false}
+	if s, err = resolveJSON(t, m); err != nil || s.Standby || !s.PreferFirst || s.Probe.Interval != DefaultProbeInterval {
+		t.Fatalf("standby false: %v %v %+v %v", s.Standby, s.PreferFirst, s.Probe, err)
+	}
+	m["health"] = map[string]any{"standby": true, "fast": true}
+	if s, err = resolveJSON(t, m); err != nil || !s.Standby || s.Probe.Interval != time.Second {
+		t.Fatalf("standby true with fast: %v %+v %v", s.Standby, s.Probe, err)
+	}
+	m["health"] = map[string]any{"standby": "no"}
+	if _, err = resolveJSON(t, m); err == nil || !strings.Contains(err.Error(), "standby") {
+		t.Fatalf("standby \"no\": %v, want an error naming the field", err)
 	}
 	for _, tc := range []struct {
 		health map[string]any

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -23,6 +24,12 @@ type Options struct {
 	// HostPrefixes, when set and not Static, lists the host's addresses by
 	// interface, so that a host-link subnet overlapping one is refused.
 	HostPrefixes func() (map[string][]netip.Prefix, error)
+	// Seen, when set, is called for every file read (the config, each
+	// wg-quick file, each key file) with its path, whether it was read as
+	// a secret, and what fstat said of the open file just before it was
+	// read: status keys what it derives from the files by their identity
+	// (see StatTrusted, status.Get).
+	Seen func(path string, secret bool, st os.FileInfo)
 }
 
 // maxSearch is glibc's historical limit of search domains (MAXDNSRCH).
@@ -34,7 +41,7 @@ var ifnameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
 // LoadSpec loads and resolves a config file in one step.
 func LoadSpec(path string, opts Options) (*Spec, error) {
 	r := configRule
-	r.anyUser = opts.Static
+	r.anyUser, r.seen = opts.Static, opts.Seen
 	c, err := load(path, r)
 	if err != nil {
 		return nil, err
@@ -848,7 +855,7 @@ func secretFile(field, path string, opts Options) ([]byte, error) {
 	if err := checkSecretPath(field, path); err != nil || opts.Static {
 		return nil, err
 	}
-	return readSecret(field, path)
+	return readSecret(field, path, opts.Seen)
 }
 
 // keyFile is the key in the secret file at path (see secretFile); nil

@@ -61,7 +61,10 @@ type Spec struct {
 	// PreferFirst: move back to the pool's first server once it answers
 	// again (health.preferFirst, default true).
 	PreferFirst bool
-	Metrics     *Listen // nil when off
+	// Standby: keep the pool's next server warm (health.standby, default
+	// true).
+	Standby bool
+	Metrics *Listen // nil when off
 
 	PortForward *PortForwardSpec // nil when off
 	// PacketBuffers bounds the userspace data plane's packets in flight

@@ -99,6 +99,11 @@ type failover struct {
 
 	probeFailures, driftRepairs int
 	recorded                    engine.Liveness // the last written to the state file
+	// deadAt is when the latest recovery began (the first dead verdict
+	// on a healthy tunnel), switchedAt when its latest switch to another
+	// server was done: the state file keeps both, so that a failover is
+	// timed by the agent's own clock (vpn-bench splits it with them).
+	deadAt, switchedAt time.Time
 
 	// The warm standby (standby.go's loop part: standbyTick, moveBack).
 	plan    liveness.StandbyPlan
@@ -307,6 +312,9 @@ func (f *failover) decide(ctx context.Context, now time.Time) {
 		// server, and the judge starts again with it (follow).
 		f.log.Debug("tunnel dead with its data plane; waiting for the repair", "cause", cause)
 	case v == liveness.Dead:
+		if st, _ := f.rec.State(); st == liveness.Healthy {
+			f.deadAt = now
+		}
 		f.rec.Standby, f.rec.StandbyWarm = -1, false
 		if f.standby.Known && f.standby.State == liveness.StandbyWarm {
 			f.rec.Standby, f.rec.StandbyWarm = f.standby.Server.Index, true
@@ -380,6 +388,7 @@ func (s switcher) Switch(server int, retry bool) error {
 		return err
 	}
 	if server != from {
+		f.switchedAt = f.now()
 		// The server left was judged dead: it is re-checked as a standby
 		// once its hold ends (a preferred server that failed soon after a
 		// move back makes the next move back wait longer).
@@ -412,8 +421,10 @@ func (f *failover) publish() {
 	snap.Standby, snap.MovesBack = f.standby, f.plan.MovesBack
 	f.out.set(snap)
 	// The state file (for status) changes only when the judgement does.
-	l := engine.Liveness{Recovery: string(st), Verdict: v.String(), Cause: cause, Failovers: f.rec.Failovers, Standby: f.standbyRecord()}
-	if l.Recovery == f.recorded.Recovery && l.Verdict == f.recorded.Verdict && l.Failovers == f.recorded.Failovers && sameStandby(l.Standby, f.recorded.Standby) {
+	l := engine.Liveness{Recovery: string(st), Verdict: v.String(), Cause: cause, Failovers: f.rec.Failovers, Standby: f.standbyRecord(),
+		DeadAt: f.deadAt.UTC(), SwitchedAt: f.switchedAt.UTC()}
+	if l.Recovery == f.recorded.Recovery && l.Verdict == f.recorded.Verdict && l.Failovers == f.recorded.Failovers && sameStandby(l.Standby, f.recorded.Standby) &&
+		l.DeadAt.Equal(f.recorded.DeadAt) && l.SwitchedAt.Equal(f.recorded.SwitchedAt) {
 		return
 	}
 	l.Since = now.UTC()

@@ -29,6 +29,18 @@ func (f *failover) standbyTick(ctx context.Context, now time.Time, d *wireguard.
 		return false // the repair's: a new device has no standby
 	}
 	cur, armed := f.eng.Standby(f.inst)
+	if !f.inst.Spec.Standby {
+		// health.standby false: none, and a standby armed before a
+		// reload turned it off goes.
+		f.standby, f.lastDead = StandbySnapshot{State: liveness.StandbyNone, Why: StandbyOff}, -1
+		if cur == nil {
+			return false
+		}
+		if err := f.eng.SetStandby(ctx, f.inst, nil); err != nil {
+			f.log.Warn("cannot remove the standby (health.standby is off)", "err", err)
+		}
+		return true
+	}
 	curIdx, st := -1, liveness.StandbyNone
 	snap := StandbySnapshot{State: liveness.StandbyNone}
 	if cur != nil {
@@ -90,6 +102,10 @@ func (f *failover) standbyTick(ctx context.Context, now time.Time, d *wireguard.
 	f.standby = snap
 	return changed
 }
+
+// StandbyOff is the reason status gives for no standby when
+// health.standby is false.
+const StandbyOff = "off"
 
 // deadSnapshot is the standby last found dead, its peer removed, held out
 // until its hold ends.

@@ -57,7 +57,7 @@ func sharedPool(n int) []*config.Spec {
 	var p []*config.Spec
 	for i := range n {
 		pk, _ := wgtypes.GeneratePrivateKey()
-		p = append(p, &config.Spec{Name: "torrent", Server: i, PrivateKey: key, PreferFirst: true,
+		p = append(p, &config.Spec{Name: "torrent", Server: i, PrivateKey: key, PreferFirst: true, Standby: true,
 			Peers: []config.PeerSpec{{PublicKey: pk.PublicKey(), Endpoint: "192.0.2.1:51820"}},
 			Probe: &config.ProbeSpec{Interval: 5 * time.Second, Failures: 2}})
 	}
@@ -197,5 +197,103 @@ func TestStandbyDeadReplaced(t *testing.T) {
 	rec := x.fo.standbyRecord()
 	if len(x.eng.armedLog) != 0 || rec.Index != -1 || rec.State != "none" || !strings.Contains(rec.Why, "private key") {
 		t.Fatalf("incompatible pool: armed %v, recorded %+v", x.eng.armedLog, rec)
+	}
+}
+
+// withStandby is a copy of pool with health.standby set to on.
+func withStandby(pool []*config.Spec, on bool) []*config.Spec {
+	var p []*config.Spec
+	for _, s := range pool {
+		c := *s
+		c.Standby = on
+		p = append(p, &c)
+	}
+	for _, s := range p {
+		s.Pool = p
+	}
+	return p
+}
+
+// lastRecorded is the latest liveness written to the state file.
+func (l *standbyLoop) lastRecorded() engine.Liveness {
+	l.t.Helper()
+	if len(l.eng.recorded) == 0 {
+		l.t.Fatal("nothing recorded")
+	}
+	return l.eng.recorded[len(l.eng.recorded)-1]
+}
+
+// health.standby false: the same shared pool arms no standby, the state
+// file records standby "none" with the reason "off", and a dead server is
+// retried first, then the next one gets a cold switch. The state file
+// times the recovery: the first dead verdict (kept through the retry)
+// and the switch to the next server. The control is the same pool with
+// the standby on (TestStandbyFailoverAndMoveBack: armed, a warm switch).
+func TestStandbyOff(t *testing.T) {
+	l := newStandbyLoop(t, withStandby(sharedPool(2), false))
+	l.step(time.Second)
+	rec := l.fo.standbyRecord()
+	if len(l.eng.armedLog) != 0 || rec.Index != -1 || rec.State != "none" || rec.Why != StandbyOff {
+		t.Fatalf("standby off: armed %v, recorded %+v", l.eng.armedLog, rec)
+	}
+	if got := l.lastRecorded().Standby; got == nil || got.Why != StandbyOff {
+		t.Fatalf("state file's standby %+v, want none: off", got)
+	}
+	l.step(liveness.StandbyGrace) // never armed, however long
+	l.kill()
+	l.step(time.Second)
+	dead := l.now
+	if len(l.eng.switched) != 1 || l.eng.switched[0] != 0 || !strings.Contains(l.log.String(), "retrying the same server") {
+		t.Fatalf("switches %v; want a retry of server 0:\n%s", l.eng.switched, l.log.String())
+	}
+	if r := l.lastRecorded(); !r.DeadAt.Equal(dead) || !r.SwitchedAt.IsZero() {
+		t.Fatalf("after the retry: deadAt %v switchedAt %v, want %v and none", r.DeadAt, r.SwitchedAt, dead)
+	}
+	l.step(10 * time.Second)
+	l.kill()
+	l.step(time.Second)
+	if len(l.eng.switched) != 2 || l.eng.switched[1] != 1 || len(l.eng.armedLog) != 0 {
+		t.Fatalf("switches %v armed %v; want a cold switch to server 1, no standby", l.eng.switched, l.eng.armedLog)
+	}
+	if r := l.lastRecorded(); !r.DeadAt.Equal(dead) || !r.SwitchedAt.Equal(l.now) {
+		t.Fatalf("after the switch: deadAt %v switchedAt %v, want %v and %v", r.DeadAt, r.SwitchedAt, dead, l.now)
+	}
+}
+
+// A reload that turns health.standby off removes the standby armed
+// before; turning it on again arms one.
+func TestStandbyTurnedOffByReload(t *testing.T) {
+	l := newStandbyLoop(t, sharedPool(2))
+	l.step(time.Second)
+	if l.eng.standby == nil || l.eng.standby.Server != 1 {
+		t.Fatalf("the control: standby %+v, want server 1 armed", l.eng.standby)
+	}
+	off := withStandby(l.fo.pool, false)
+	l.fo.inst.Spec = off[0]
+	l.fo.reconfigure(off[0])
+	l.step(time.Second)
+	if l.eng.standby != nil || l.fo.standbyRecord().Why != StandbyOff {
+		t.Fatalf("turned off: standby %+v, recorded %+v", l.eng.standby, l.fo.standbyRecord())
+	}
+	on := withStandby(off, true)
+	l.fo.inst.Spec = on[0]
+	l.fo.reconfigure(on[0])
+	l.step(time.Second)
+	if l.eng.standby == nil || l.eng.standby.Server != 1 || l.fo.standby.State != liveness.StandbyArming {
+		t.Fatalf("turned on again: standby %+v (%s)", l.eng.standby, l.fo.standby.State)
+	}
+}
+
+// A warm switch is one step: the verdict and the switch recorded at the
+// same instant.
+func TestStandbyWarmSwitchTimed(t *testing.T) {
+	l := newStandbyLoop(t, sharedPool(2))
+	l.step(time.Second)
+	l.hs[1] = l.now
+	l.step(time.Second)
+	l.kill()
+	l.step(time.Second)
+	if r := l.lastRecorded(); !r.DeadAt.Equal(l.now) || !r.SwitchedAt.Equal(l.now) || r.Failovers != 1 {
+		t.Fatalf("warm switch recorded %+v, want deadAt = switchedAt = %v", r, l.now)
 	}
 }

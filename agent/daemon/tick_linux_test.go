@@ -40,6 +40,7 @@ type fakeFailoverEngine struct {
 	checked   []*wireguard.Device
 	switches  int
 	switchErr error // nil: a switch works
+	recorded  []engine.Liveness
 }
 
 func (f *fakeFailoverEngine) RepairDrift(_ context.Context, _ *engine.Instance, d *wireguard.Device) ([]string, error) {
@@ -53,7 +54,10 @@ func (f *fakeFailoverEngine) Switch(context.Context, *engine.Instance, *config.S
 	f.switches++
 	return f.switchErr
 }
-func (f *fakeFailoverEngine) RecordLiveness(*engine.Instance, *engine.Liveness) error { return nil }
+func (f *fakeFailoverEngine) RecordLiveness(_ *engine.Instance, l *engine.Liveness) error {
+	f.recorded = append(f.recorded, *l)
+	return nil
+}
 func (f *fakeFailoverEngine) SetStandby(context.Context, *engine.Instance, *config.Spec) error {
 	return nil
 }

@@ -33,7 +33,7 @@ var SpecParts = map[string]string{
 	"EndpointResolver": "endpointResolver", "IPv6": "ipv6", "PinEndpoints": "pinEndpoints",
 	"DNSMode": "dns", "DNS": "dns", "DNSSearch": "dns",
 	"OpenTCP": "openPorts", "OpenUDP": "openPorts", "HostLink": "hostLink",
-	"Probe": "health", "PreferFirst": "health", "Metrics": "metrics", "PortForward": "portForwarding",
+	"Probe": "health", "PreferFirst": "health", "Standby": "health", "Metrics": "metrics", "PortForward": "portForwarding",
 	"PacketBuffers": "memory", "Sidecar": "sidecar",
 	// The servers, their order and which one is active; a server is
 	// known by its wg-quick file (fromFile's path).
@@ -101,7 +101,7 @@ func serverDigests(s *config.Spec) map[string]string {
 		// A listen address, a probe: no secret.
 		"endpointResolver": s.EndpointResolver,
 		"metrics":          fmt.Sprint(s.Metrics),
-		"health":           fmt.Sprint(s.Probe, s.PreferFirst),
+		"health":           fmt.Sprint(s.Probe, s.PreferFirst, s.Standby),
 	}
 	parts["peers"] = peersDigest(s)
 	if h := s.HostLink; h != nil {

@@ -178,6 +178,7 @@ func TestSpecPartsCoverSpec(t *testing.T) {
 			s.Probe = &config.ProbeSpec{Target: netip.MustParseAddrPort("10.2.0.1:53"), Interval: time.Second, Failures: 1}
 		},
 		"PreferFirst":   func(s *config.Spec) { s.PreferFirst = !s.PreferFirst },
+		"Standby":       func(s *config.Spec) { s.Standby = !s.Standby },
 		"Metrics":       func(s *config.Spec) { s.Metrics = &config.Listen{Network: "tcp", Address: "127.0.0.1:9586"} },
 		"PortForward":   func(s *config.Spec) { s.PortForward = &config.PortForwardSpec{Style: config.PortForwardProton} },
 		"PacketBuffers": func(s *config.Spec) { s.PacketBuffers = 128 },

@@ -70,6 +70,14 @@ type Liveness struct {
 	Failovers int       `json:"failovers"`
 	// Standby is the warm standby (issue 25), nil in a pool of one.
 	Standby *StandbyRecord `json:"standby,omitempty"`
+	// DeadAt is when the latest recovery began: the first verdict
+	// "dead" on a healthy tunnel. SwitchedAt is when its latest switch to
+	// another server was done (the kill switch and the device changed).
+	// Zero: none since the agent started. They are kept once the tunnel
+	// is healthy again, so that a failover can be timed by the agent's
+	// own clock (vpn-bench's failover split).
+	DeadAt     time.Time `json:"deadAt,omitzero"`
+	SwitchedAt time.Time `json:"switchedAt,omitzero"`
 	// State is what status shows (State()); not recorded by the agent.
 	State string `json:"state,omitempty"`
 }

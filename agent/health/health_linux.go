@@ -29,7 +29,7 @@ type Target struct {
 	// shows its verdict); see inspectPeers.
 	AgentJudges bool
 	// Device, with Peers, is where they are read: the agent's reading of
-	// its own device. Nil: through wgctrl (wireguard.ReadDevice).
+	// its own device. Nil: wireguard.ReadPeers (UAPI socket or wgctrl).
 	Device DeviceReader
 	// Forwarded is what the kill switch's forwarded-port sets must hold
 	// (the ports of a live NAT-PMP lease).

@@ -10,8 +10,13 @@ import (
 // recordVersion names the record's format and the check a full read makes
 // (policy.State.Verify). A change to either bumps it, so that a record
 // written by an older status never vouches for a table a newer one would
-// judge differently.
-const recordVersion = 1
+// judge differently. Version 2 added Inputs. The record's file name
+// (names.Verified) changes with it, so that two versions of status on one
+// host (an upgrade, an A/B) do not discard each other's records.
+const recordVersion = 2
+
+// RecordVersion is the record format's version, for tests that forge one.
+const RecordVersion = recordVersion
 
 // Ledger defaults.
 const (
@@ -45,6 +50,30 @@ type Record struct {
 	// Confirmed: a second full read, ConfirmAfter or more after the
 	// first, matched under the same generation.
 	Confirmed bool `json:"confirmed"`
+	// Inputs is the Ledger's Inputs when the record was written: what
+	// Digest was derived from (see Ledger.Inputs).
+	Inputs string `json:"inputs,omitempty"`
+	// Config is what status derived from the config files besides the
+	// expected table (nil: status keeps none), under Inputs.
+	Config *Derived `json:"config,omitempty"`
+}
+
+// Derived is what status takes from a namespace's config files for its
+// other checks, kept with the record so that, with the files unchanged
+// (Inputs), status need not load and validate them again.
+type Derived struct {
+	Interface string `json:"interface"`
+	IPv6      bool   `json:"ipv6"`
+	Pool      int    `json:"pool"`
+	// Files are the files the config was loaded from, in order: what
+	// status checks (config.StatTrusted) to know them unchanged.
+	Files []Source `json:"files"`
+}
+
+// Source is a file a config was loaded from.
+type Source struct {
+	Path   string `json:"path"`
+	Secret bool   `json:"secret,omitempty"`
 }
 
 // binds reports whether r speaks of generation g of g's namespace and of
@@ -86,10 +115,22 @@ type Ledger struct {
 	Now          func() time.Duration
 	TTL          time.Duration // 0: DefaultRecordTTL
 	ConfirmAfter time.Duration // 0: DefaultConfirmAfter
+	// Inputs names everything the expected table is derived from (status:
+	// the identity of each file the config was loaded from, of its own
+	// executable, the server of the pool, the forwarded ports; see
+	// status.Get); "" when not known. A record written under the same
+	// Inputs gives the expected table's digest without compiling the
+	// table (Known): the inputs the same, so is the table.
+	Inputs string
+	// Derived is kept in each record written under Inputs (see Record).
+	Derived *Derived
 
 	// Reads and Skips count the inspections that read the table and
-	// those that did not.
-	Reads, Skips int
+	// those that did not; Known those whose digest came from the record.
+	Reads, Skips, Known int
+
+	rec    *Record // the record known read, for begin
+	loaded bool
 }
 
 // ledgerPass is one inspection's ticket: the generation read before the
@@ -110,12 +151,19 @@ func (l *Ledger) begin(digest string) (ledgerPass, *Record) {
 		return ledgerPass{}, nil
 	}
 	p := ledgerPass{at: l.now()}
+	rec := l.record()
 	if g, err := l.Gens.Read(); err == nil && g.Cookie != 0 {
-		p.gen, p.valid = g, true
-		p.rec = l.load()
+		p.gen, p.valid, p.rec = g, true, rec
 	}
 	if r := p.rec; r.binds(p.gen, digest) && r.Confirmed && p.at >= time.Duration(r.LastNs) && p.at-time.Duration(r.LastNs) < l.ttl() {
 		l.Skips++
+		if l.Inputs != "" && (r.Inputs != l.Inputs || r.Config == nil && l.Derived != nil) {
+			// digest was compiled from Inputs (known needs them equal): the
+			// record may name them, so that the next status need not.
+			c := *r
+			c.Inputs, c.Config = l.Inputs, l.Derived
+			l.save(&c)
+		}
 		return p, r
 	}
 	l.Reads++
@@ -139,12 +187,50 @@ func (l *Ledger) verified(p ledgerPass, digest string, ok bool, rules int) {
 		return
 	}
 	r := &Record{Version: recordVersion, Cookie: p.gen.Cookie, Inode: p.gen.Ident, Dev: p.gen.Dev, Gen: p.gen.ID,
-		Digest: digest, Rules: rules, FirstNs: int64(p.at), LastNs: int64(p.at)}
+		Digest: digest, Rules: rules, FirstNs: int64(p.at), LastNs: int64(p.at), Inputs: l.Inputs}
+	if l.Inputs != "" {
+		r.Config = l.Derived
+	}
 	if old := p.rec; old.binds(p.gen, digest) && p.at >= time.Duration(old.FirstNs) {
 		r.FirstNs = old.FirstNs
 		r.Confirmed = old.Confirmed || p.at-time.Duration(old.FirstNs) >= l.confirmAfter()
 	}
 	l.save(r)
+}
+
+// known returns the expected table's digest as the record holds it when
+// the record was written under the same Inputs, else "": the table must
+// be compiled. A nil Ledger knows none.
+func (l *Ledger) known() string {
+	if l == nil || l.Inputs == "" {
+		return ""
+	}
+	if !l.loaded {
+		l.rec, l.loaded = l.load(), true // for begin
+	}
+	if r := l.rec; r != nil && r.Version == recordVersion && r.Inputs == l.Inputs && r.Digest != "" {
+		l.Known++
+		return r.Digest
+	}
+	return ""
+}
+
+// Record reads the record as it is now (nil: none, or not trusted; see
+// load), for what it keeps besides the table (Config): the next
+// inspection goes by this reading.
+func (l *Ledger) Record() *Record {
+	l.rec, l.loaded = l.load(), true
+	return l.rec
+}
+
+// record is the record file's content (nil: none): as known or Record
+// read it just before, else read now.
+func (l *Ledger) record() *Record {
+	if l.loaded {
+		l.loaded = false
+		return l.rec
+	}
+	return l.load()
 }
 
 // gens is the ledger's generation reader, nil for a nil Ledger.

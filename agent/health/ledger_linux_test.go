@@ -199,3 +199,45 @@ func TestLedgerWritesAPrivateRecord(t *testing.T) {
 		t.Fatalf("record %v, %v: want a regular file, mode 0600", st, err)
 	}
 }
+
+// The record gives the expected table's digest only for the inputs it was
+// written under (status: the config files' identity and the rest): other
+// inputs, or none, and the table is compiled. A record written before
+// status knew its inputs is given them at the next read it spares.
+func TestLedgerKnownDigestNeedsTheSameInputs(t *testing.T) {
+	r := newLedgerRig(t)
+	r.l.Inputs = "files-1"
+	r.settle()
+	if got := r.l.known(); got != testDigest {
+		t.Fatalf("control: the same inputs give %q, not the record's digest", got)
+	}
+	r.inspect(testDigest, true)
+	for _, in := range []string{"files-2", ""} {
+		r.l.Inputs = in
+		if got := r.l.known(); got != "" {
+			t.Errorf("inputs %q: the record of inputs files-1 gave digest %q", in, got)
+		}
+		r.inspect(testDigest, true)
+	}
+	// A record without inputs (status knew none) vouches as before and
+	// is given them: the digest it vouched for was compiled from them.
+	r.l.Inputs = ""
+	r.gens.gen.ID++
+	r.settle()
+	if rec := r.l.load(); rec == nil || rec.Inputs != "" {
+		t.Fatalf("a record written without inputs: %+v", rec)
+	}
+	r.l.Inputs = "files-3"
+	if r.l.known() != "" || !r.inspect(testDigest, true) {
+		t.Fatal("a confirmed record without inputs did not vouch for the compiled digest")
+	}
+	if got := r.l.known(); got != testDigest {
+		t.Fatalf("the vouching record was not given the inputs: known %q, record %+v", got, r.l.load())
+	}
+	r.inspect(testDigest, true)
+	// A table that no longer matches removes the record, inputs and all.
+	r.gens.gen.ID++
+	if r.inspect(testDigest, false) || r.l.known() != "" {
+		t.Fatal("a mismatch left the record's digest known")
+	}
+}

@@ -34,7 +34,7 @@ func inspectPeers(r *Report, dev DeviceReader, agentJudges bool) {
 	if dev != nil {
 		d, err = dev.Device()
 	} else {
-		d, err = wireguard.ReadDevice(r.Name, r.Interface)
+		d, err = wireguard.ReadPeers(r.Name, r.Interface)
 	}
 	if err != nil {
 		if r.Link.Up {

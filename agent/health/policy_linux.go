@@ -26,8 +26,12 @@ func inspectPolicy(r *Report, s *config.Spec, want func(*config.Spec) (*policy.R
 		}
 		compiled = true
 	}
-	digest := ""
-	if l != nil { // the ledger needs the expected table's digest first; a gate does not
+	// The ledger needs the expected table's digest first (a gate does
+	// not): its record's, when written from the same inputs, else the
+	// compiled table's.
+	digest := l.known()
+	known := digest != ""
+	if l != nil && !known {
 		if compile(); rs != nil && rsErr == nil {
 			digest = rs.Digest()
 		}
@@ -52,6 +56,11 @@ func inspectPolicy(r *Report, s *config.Spec, want func(*config.Spec) (*policy.R
 	defer func() {
 		ok := r.Policy.Loaded && r.Policy.Matches
 		g.verified(p, s, fwd, ok, r.Policy)
+		if known && ok && rs != nil {
+			// The table matched the compiled one: the new record holds
+			// that one's digest, not the old record's word for it.
+			digest = rs.Digest()
+		}
 		l.verified(lp, digest, ok, r.Policy.Rules)
 	}()
 	st, err := policy.Inspect(netns.Path(r.Name), names.Table)

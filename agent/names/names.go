@@ -133,8 +133,10 @@ func TxMarks(ns string) string { return filepath.Join(StateDir(ns), "txmarks.jso
 // `status` that found it exactly as expected: the namespace (its cookie),
 // its nf_tables generation then and the digest of the expected table. A
 // later status that finds the same generation of the same namespace and
-// expects the same table reads only the counters (health.Ledger).
-func Verified(ns string) string { return filepath.Join(StateDir(ns), "verified.json") }
+// expects the same table reads only the counters (health.Ledger). The
+// name follows the record's format (health's recordVersion, 2): a status
+// of another version keeps its records apart.
+func Verified(ns string) string { return filepath.Join(StateDir(ns), "verified.v2.json") }
 
 // ForwardedPort holds the port the provider forwards, a number and a
 // newline, while a lease lives (removed when it is lost).

@@ -45,41 +45,8 @@ func TestStatusRecordHidesNoTamperedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: spec.Interface, ConfigPath: cfg, Started: time.Now().UTC()})
-	get := func(what string) *Report {
-		t.Helper()
-		r, err := Get(id)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return r
-	}
-	changed := func(r *Report) bool {
-		return !r.Policy.Matches && strings.Contains(strings.Join(r.Problems, "\n"), "kill-switch table was changed")
-	}
-	record := func() *health.Record {
-		b, err := os.ReadFile(names.Verified(id))
-		if err != nil {
-			return nil
-		}
-		var r health.Record
-		if json.Unmarshal(b, &r) != nil {
-			t.Fatalf("unreadable record %q", b)
-		}
-		return &r
-	}
-	settle := func(what string) {
-		t.Helper()
-		if r := get(what); !r.Policy.Matches {
-			t.Fatalf("%s: the table as applied does not match: %q", what, r.Problems)
-		}
-		time.Sleep(health.DefaultConfirmAfter + 100*time.Millisecond)
-		if r := get(what + ", second"); !r.Policy.Matches {
-			t.Fatalf("%s: second read: %q", what, r.Problems)
-		}
-		if rec := record(); rec == nil || !rec.Confirmed {
-			t.Fatalf("%s: after two matching reads a second apart the record is %+v", what, rec)
-		}
-	}
+	rig := &statusRig{t: t, id: id}
+	get, changed, record, settle := rig.get, rig.changed, rig.record, rig.settle
 
 	// Control: a confirmed record spares the full read (status does not
 	// write it again) and the report is as a full read's.
@@ -121,7 +88,7 @@ func TestStatusRecordHidesNoTamperedTable(t *testing.T) {
 	}
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
-	good := health.Record{Version: 1, Cookie: g.Cookie, Inode: g.Ident, Dev: g.Dev, Gen: g.ID,
+	good := health.Record{Version: health.RecordVersion, Cookie: g.Cookie, Inode: g.Ident, Dev: g.Dev, Gen: g.ID,
 		Digest: want.WithForwarded(policy.Forwarded{}).Digest(), Rules: want.RuleCount(),
 		FirstNs: ts.Nano() - int64(5*time.Second), LastNs: ts.Nano() - int64(time.Second), Confirmed: true}
 	forge := func(rec health.Record) {
@@ -152,6 +119,53 @@ func TestStatusRecordHidesNoTamperedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	settle("re-applied")
+}
+
+// statusRig asks status about namespace id and reads status's record.
+type statusRig struct {
+	t  *testing.T
+	id string
+}
+
+func (r *statusRig) get(what string) *Report {
+	r.t.Helper()
+	rep, err := Get(r.id)
+	if err != nil {
+		r.t.Fatalf("%s: %v", what, err)
+	}
+	return rep
+}
+
+// changed: the report says the kill switch is not the expected one.
+func (r *statusRig) changed(rep *Report) bool {
+	return !rep.Policy.Matches && strings.Contains(strings.Join(rep.Problems, "\n"), "kill-switch table was changed")
+}
+
+func (r *statusRig) record() *health.Record {
+	b, err := os.ReadFile(names.Verified(r.id))
+	if err != nil {
+		return nil
+	}
+	var rec health.Record
+	if json.Unmarshal(b, &rec) != nil {
+		r.t.Fatalf("unreadable record %q", b)
+	}
+	return &rec
+}
+
+// settle reads the table twice, a second apart: the record is confirmed.
+func (r *statusRig) settle(what string) {
+	r.t.Helper()
+	if rep := r.get(what); !rep.Policy.Matches {
+		r.t.Fatalf("%s: the table as applied does not match: %q", what, rep.Problems)
+	}
+	time.Sleep(health.DefaultConfirmAfter + 100*time.Millisecond)
+	if rep := r.get(what + ", second"); !rep.Policy.Matches {
+		r.t.Fatalf("%s: second read: %q", what, rep.Problems)
+	}
+	if rec := r.record(); rec == nil || !rec.Confirmed {
+		r.t.Fatalf("%s: after two matching reads a second apart the record is %+v", what, rec)
+	}
 }
 
 // outputChain names the kill switch's output base chain.
@@ -185,4 +199,106 @@ func writeTestConfig(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// Status compiles the expected table again whenever a file it was derived
+// from changed, though the kernel's generation did not move: a wg-quick
+// file edited in place (same size, its mtime put back: only its ctime
+// tells) makes the record's digest stale, and the table, still the old
+// config's, is reported changed. Control: with the files as they were,
+// the record's digest stands in for the compiled table's (a record of the
+// same inputs holding another table's digest vouches: status did not
+// compile).
+func TestStatusRecordFollowsTheConfigFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a network namespace, nftables")
+	}
+	id := newTestNamespace(t, "sf")
+	cfg := writeTestConfig(t, id)
+	spec, err := config.LoadSpec(cfg, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policy.Apply(policy.Compile(spec), names.Netns(id)); err != nil {
+		t.Fatal(err)
+	}
+	writeState(t, &engine.State{Name: id, Backend: "userspace", Interface: spec.Interface, ConfigPath: cfg, Started: time.Now().UTC()})
+	rig := &statusRig{t: t, id: id}
+	time.Sleep(racyWindow + 100*time.Millisecond) // files read within it key nothing
+	rig.settle("applied")
+	good := rig.record()
+	if good == nil || good.Inputs == "" {
+		t.Fatalf("the confirmed record names no inputs: %+v", good)
+	}
+
+	if good.Config == nil || len(good.Config.Files) != 2 || good.Config.Files[0].Path != cfg || !good.Config.Files[1].Secret || good.Config.Pool != 1 {
+		t.Fatalf("the record keeps %+v of the config", good.Config)
+	}
+
+	// Control: the same inputs, the record's digest and what it keeps of
+	// the config are taken as they are (the pool's size shows).
+	forged := *good
+	forged.Digest = policy.Compile(&config.Spec{Name: "x"}).Digest()
+	derived := *good.Config
+	derived.Pool = 7
+	forged.Config = &derived
+	b, _ := json.Marshal(forged)
+	if err := os.WriteFile(names.Verified(id), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := rig.get("a record of the same inputs, another digest"); !r.Policy.Matches || r.Server == nil || r.Server.Pool != 7 {
+		t.Fatalf("control: status loaded the config or compiled the table though its inputs were the record's: %q, server %+v", r.Problems, r.Server)
+	}
+	b, _ = json.Marshal(good)
+	if err := os.WriteFile(names.Verified(id), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := rig.get("the record put back"); !r.Policy.Matches {
+		t.Fatalf("control: %q", r.Problems)
+	}
+
+	// The wg-quick file edited in place: another resolver, same size,
+	// same mtime. The namespace's tables are untouched.
+	wg := filepath.Join(filepath.Dir(cfg), id+".conf")
+	st, err := os.Stat(wg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := os.ReadFile(wg)
+	edited := strings.Replace(string(body), "DNS = 10.77.0.1\n", "DNS = 10.77.0.9\n", 1)
+	if edited == string(body) {
+		t.Fatal("test config has no DNS line to edit")
+	}
+	if err := os.WriteFile(wg, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(wg, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(racyWindow + 100*time.Millisecond) // past the window: the identity itself must tell
+	if r := rig.get("the wg-quick file edited"); !rig.changed(r) {
+		t.Fatalf("a config edited under a confirmed record: policy %+v, problems %q", r.Policy, r.Problems)
+	}
+	if rig.record() != nil {
+		t.Error("the mismatch left the record")
+	}
+
+	// Put right again (the table the edited config's), then the config
+	// made writable by others: status refuses it, record or not.
+	spec, err = config.LoadSpec(cfg, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policy.Apply(policy.Compile(spec), names.Netns(id)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(racyWindow + 100*time.Millisecond)
+	rig.settle("the edited config applied")
+	if rec := rig.record(); rec == nil || rec.Config == nil {
+		t.Fatalf("record %+v", rec)
+	}
+	os.Chmod(cfg, 0o666)
+	if r := rig.get("the config writable by others"); !strings.Contains(strings.Join(r.Problems, "\n"), "cannot load config") {
+		t.Fatalf("a config others may write, under a record of it: problems %q", r.Problems)
+	}
 }

@@ -92,19 +92,6 @@ func Get(name string) (*Report, error) {
 	}
 	var configErr error
 	pool := 1
-	if st != nil && st.ConfigPath != "" {
-		t.Spec, configErr = config.LoadSpec(st.ConfigPath, config.Options{})
-		if t.Spec != nil && st.Mode == engine.ModeSidecar && running {
-			t.Ruleset = sidecarRuleset(t.Spec, st.PID, st.Backend)
-		}
-		// After a failover the kill switch is the active server's.
-		if t.Spec != nil && st.Server > 0 && st.Server < len(t.Spec.Pool) {
-			t.Spec = t.Spec.Pool[st.Server]
-		}
-		if t.Spec != nil && len(t.Spec.Pool) > 0 {
-			pool = len(t.Spec.Pool)
-		}
-	}
 	if st != nil {
 		// The kill switch is read back in full only when the namespace's
 		// nf_tables generation moved since status last found it right
@@ -113,6 +100,9 @@ func Get(name string) (*Report, error) {
 		gens := policy.NewGenWatch(netns.Path(name))
 		defer gens.Close()
 		t.Ledger = &health.Ledger{Path: names.Verified(name), Gens: gens}
+		if st.ConfigPath != "" {
+			pool, configErr = expect(&t, st, running)
+		}
 	}
 	h := health.Inspect(t)
 	switch {

@@ -25,6 +25,16 @@ type Provider2 struct {
 	Iface              string // its TUN name (unique on the machine)
 	ProvKey, ClientKey wgtypes.Key
 	tp                 *Topology
+	shared             bool // ShareClient: the client has the first provider's key and address
+}
+
+// ShareClient makes the second provider know the client by the first
+// provider's client key and tunnel address (one key and one address for
+// the whole pool, as Mullvad's): Config then has that peer, with a route
+// to its address, and the client's wg-quick file for it is WGQuick with
+// ClientKey and ClientTunnel4. Call it before Config.
+func (p *Provider2) ShareClient() {
+	p.ClientKey, p.shared = p.tp.ClientKey, true
 }
 
 // AddProvider2 builds the second provider's namespace and link. Close
@@ -60,12 +70,20 @@ func (tp *Topology) AddProvider2() (*Provider2, error) {
 // echo; PoolProbe4 serves TCP echo.
 func (p *Provider2) Config(log string) *provider.Config {
 	t4 := Prov2Tunnel4.String()
+	client, routes := Client2Tunnel4, []provider.Route(nil)
+	if p.shared {
+		// The first provider's client address is outside this
+		// provider's tunnel subnet: routed into the link.
+		client = ClientTunnel4
+		routes = []provider.Route{{Dst: client.String() + "/32"}}
+	}
 	return &provider.Config{
 		Log: log,
 		WireGuard: &provider.WireGuard{
 			Interface: p.Iface, PrivateKey: p.ProvKey.String(), ListenPort: WGPort,
 			Addresses: []string{t4 + "/24", PoolProbe4.String() + "/32"},
-			Peers:     []provider.Peer{{PublicKey: p.ClientKey.PublicKey().String(), AllowedIPs: []string{Client2Tunnel4.String() + "/32"}}},
+			Peers:     []provider.Peer{{PublicKey: p.ClientKey.PublicKey().String(), AllowedIPs: []string{client.String() + "/32"}}},
+			Routes:    routes,
 			UAPI:      true, NoIPv6: true,
 		},
 		Zone:    map[string][]string{TargetName: {t4}},

@@ -189,6 +189,18 @@ func TestDeviceInProcessAsWgctrl(t *testing.T) {
 	if a, b := describe(socket), describe(theirs); a != b {
 		t.Fatalf("ReadDevice:\n%s\nwgctrl:\n%s", a, b)
 	}
+	// ReadPeers (status's) is the same without the device's public key.
+	peers, err := ReadPeers("", u.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peers.PublicKey != (wgtypes.Key{}) || theirs.PublicKey == (wgtypes.Key{}) {
+		t.Fatalf("ReadPeers public key %v (want zero), wgctrl's %v (want set)", peers.PublicKey, theirs.PublicKey)
+	}
+	peers.PublicKey = theirs.PublicKey
+	if a, b := describe(peers), describe(theirs); a != b {
+		t.Fatalf("ReadPeers:\n%s\nwgctrl:\n%s", a, b)
+	}
 }
 
 // serveUAPI answers on u's UAPI socket, as Create does (without the guard).

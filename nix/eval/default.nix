@@ -316,19 +316,20 @@ let
       probeOff =
         (eval (withBase { services.vpnConfinement.namespaces.vpn.health.probe.enable = false; }))
         .services.vpnConfinement.namespaces.vpn.generatedConfig;
-      # Issue 25: health.fast and health.preferFirst reach the JSON when
+      # Issue 25: health.fast, health.preferFirst and health.standby reach the JSON when
       # set, next to the probe's fields.
       fastPrefer =
         (eval (withBase {
           services.vpnConfinement.namespaces.vpn.health = {
             fast = true;
             preferFirst = false;
+            standby = false;
             probe.address = "10.2.0.1:53";
           };
         }))
         .services.vpnConfinement.namespaces.vpn.generatedConfig;
     in
-    lib.optional (fastPrefer.health or null != { fast = true; preferFirst = false; probe.address = "10.2.0.1:53"; }) "health.fast/preferFirst generated ${builtins.toJSON (fastPrefer.health or null)}"
+    lib.optional (fastPrefer.health or null != { fast = true; preferFirst = false; standby = false; probe.address = "10.2.0.1:53"; }) "health.fast/preferFirst/standby generated ${builtins.toJSON (fastPrefer.health or null)}"
     ++ lib.optional (got != newOptionsJSON) "new options: generated ${builtins.toJSON got}, want ${builtins.toJSON newOptionsJSON}"
     ++ lib.optional (unset ? health || unset ? metrics || unset.wireguard ? configFiles) "new options: unset, yet in the JSON: ${builtins.toJSON unset}"
     ++ lib.optional (probeOnly.health != { probe.address = "10.2.0.1"; }) "new options: a probe address alone generated ${builtins.toJSON probeOnly.health}"
