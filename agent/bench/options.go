@@ -222,6 +222,9 @@ func (o *Options) Normalize() error {
 	if o.FailoverScenarios == nil {
 		o.FailoverScenarios = FailoverDefaultScenarios
 	}
+	if _, err := FilterWorkloads(Workloads(o.Streams, o.Pace), o.Workloads); err != nil {
+		return err
+	}
 	if o.Shaping == "" {
 		o.Shaping = "auto"
 	}

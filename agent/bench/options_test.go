@@ -2,6 +2,7 @@ package bench
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -93,5 +94,55 @@ func TestNormalizeRejects(t *testing.T) {
 		if err := o.Normalize(); err == nil {
 			t.Errorf("%s: accepted %+v", name, o)
 		}
+	}
+}
+
+// The shaped-link workloads can be named one by one (NAME@SCENARIO); a
+// wrong one is refused before anything is built, naming the field.
+func TestNormalizeShapedWorkloads(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	o := Options{Omit: -1, Workloads: []string{"tcp1-up@delay20ms", "ping-idle@loss1pct"}}
+	fakeTools(&o)
+	if err := o.Normalize(); err != nil {
+		t.Fatalf("shaped workloads refused: %v", err)
+	}
+	for _, bad := range []string{"tcp1-up@fog", "tcp4-up@delay20ms", "udp-up@loss1pct", "@loss1pct"} {
+		b := Options{Omit: -1, Workloads: []string{bad}}
+		fakeTools(&b)
+		err := b.Normalize()
+		if err == nil || !strings.Contains(err.Error(), "--workloads") || !strings.Contains(err.Error(), bad) {
+			t.Errorf("%q: %v, want a --workloads error naming it", bad, err)
+		}
+	}
+}
+
+// selectShaped: every scenario's four workloads without names; with
+// names only those named, and a scenario none of whose is named left out.
+func TestSelectShaped(t *testing.T) {
+	modes := []Mode{ModeDirect, ModeTunnel}
+	var all []string
+	for _, sc := range selectShaped(nil, modes) {
+		for _, w := range sc.workloads {
+			all = append(all, w.Name)
+			if w.Shaping != sc.name || !slices.Equal(sc.modes, modes) {
+				t.Errorf("%s: shaping %q in scenario %s, modes %v", w.Name, w.Shaping, sc.name, sc.modes)
+			}
+		}
+	}
+	want := []string{"tcp1-up@delay20ms", "tcp1-down@delay20ms", "ping-idle@delay20ms", "rr64@delay20ms",
+		"tcp1-up@loss1pct", "tcp1-down@loss1pct", "ping-idle@loss1pct", "rr64@loss1pct"}
+	if !slices.Equal(all, want) {
+		t.Errorf("all shaped workloads: %v, want %v", all, want)
+	}
+	got := selectShaped([]string{"tcp1-up", "ping-idle@loss1pct", "failover"}, modes)
+	if len(got) != 1 || got[0].name != "loss1pct" || len(got[0].workloads) != 1 || got[0].workloads[0].Name != "ping-idle@loss1pct" {
+		t.Errorf("selected: %+v, want loss1pct with ping-idle@loss1pct only", got)
+	}
+	if got := selectShaped([]string{"tcp1-up", "failover"}, modes); len(got) != 0 {
+		t.Errorf("no shaped workload named, got %+v", got)
+	}
+	wls, err := FilterWorkloads(Workloads([]int{1}, ""), []string{"tcp1-up", "rr64@delay20ms"})
+	if err != nil || len(wls) != 1 || wls[0].Name != "tcp1-up" {
+		t.Errorf("FilterWorkloads keeps the unshaped only: %v %v", wls, err)
 	}
 }

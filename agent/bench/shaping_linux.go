@@ -4,19 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/vpn-confinement/vpn-confinement/agent/testbed"
 )
-
-// scenario is a shaped-link setting: netem on both ends of the underlay
-// veth, so direct and tunnelled traffic get exactly the same shaping.
-type scenario struct {
-	name      string
-	netem     []string // netem arguments, per direction
-	workloads []Workload
-	modes     []Mode
-}
 
 // shapingPlan detects sch_netem and returns the scenarios to run. It
 // records why none run. It never emulates shaping any other way.
@@ -24,6 +16,10 @@ func (r *runner) shapingPlan() []scenario {
 	info := &r.res.Shaping
 	if r.o.Shaping == "off" {
 		info.Reason = "disabled with --shaping off"
+		return nil
+	}
+	if len(r.o.Workloads) > 0 && !slices.ContainsFunc(r.o.Workloads, isShaped) {
+		info.Reason = "no shaped-link workload (NAME@SCENARIO) in --workloads"
 		return nil
 	}
 	if r.o.TC == "" {
@@ -41,17 +37,9 @@ func (r *runner) shapingPlan() []scenario {
 			modes = append(modes, m)
 		}
 	}
-	base, _ := FilterWorkloads(Workloads([]int{1}, ""), []string{"tcp1-up", "tcp1-down", "ping-idle", "rr64"})
-	var out []scenario
-	for _, s := range scenarios {
-		sc := scenario{name: s.name, netem: s.netem, modes: modes}
-		for _, w := range base {
-			w.Name += "@" + s.name
-			w.Shaping = s.name
-			sc.workloads = append(sc.workloads, w)
-		}
-		out = append(out, sc)
-		info.Scenarios = append(info.Scenarios, s.name+": netem "+s.desc+" on the underlay veth")
+	out := selectShaped(r.o.Workloads, modes)
+	for _, sc := range out {
+		info.Scenarios = append(info.Scenarios, sc.name+": netem "+sc.desc+" on the underlay veth")
 	}
 	info.Available = true
 	info.Reason = "sch_netem available"

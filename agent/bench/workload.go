@@ -167,15 +167,23 @@ func loadName(proto string, streams int, reverse bool) string {
 
 // FilterWorkloads keeps the named workloads (all if names is empty);
 // unknown names are an error. UpDownWorkload and FailoverWorkload are
-// accepted and ignored here, as is ScaleWorkload.
+// accepted and ignored here, as are ScaleWorkload and the shaped-link
+// workloads (NAME@SCENARIO: shapingPlan runs them).
 func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
 	if len(names) == 0 {
 		return all, nil
 	}
 	var out []Workload
 	for _, n := range names {
-		if n == UpDownWorkload || n == FailoverWorkload || n == ScaleWorkload || n == StandbyCostWorkload {
+		if n == UpDownWorkload || n == FailoverWorkload || n == ScaleWorkload || n == StandbyCostWorkload || shapedName(n) {
 			continue
+		}
+		if isShaped(n) {
+			var known []string
+			for _, s := range scenarios {
+				known = append(known, s.name)
+			}
+			return nil, fmt.Errorf("--workloads: unknown shaped-link workload %q (use NAME@SCENARIO, NAME one of %s, SCENARIO one of %s)", n, strings.Join(ShapedBase, ", "), strings.Join(known, ", "))
 		}
 		i := slices.IndexFunc(all, func(w Workload) bool { return w.Name == n })
 		if i < 0 {
@@ -187,7 +195,7 @@ func FilterWorkloads(all []Workload, names []string) ([]Workload, error) {
 			if strings.HasSuffix(n, PacedSuffix) {
 				hint = "; the paced workloads need --pace, e.g. --pace 800M"
 			}
-			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s, %s, %s, %s)%s", n, strings.Join(known, ", "), UpDownWorkload, FailoverWorkload, ScaleWorkload, StandbyCostWorkload, hint)
+			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %s, %s, %s, %s, %s, and the shaped-link NAME@SCENARIO, e.g. tcp1-up@loss1pct)%s", n, strings.Join(known, ", "), UpDownWorkload, FailoverWorkload, ScaleWorkload, StandbyCostWorkload, hint)
 		}
 		out = append(out, all[i])
 	}

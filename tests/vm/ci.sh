@@ -8,6 +8,9 @@
 # (and tests/e2e's "leak matrix:" line when its TestLeakMatrix ran in the VM):
 #   vm tier: kernel backend ok, N leak states × M probes, 0 leaks, systemd checks K/K, failover kernel ok
 #   vm tier: kernel backend ok, 10 leak states × 47 probes + 6 × 36, 0 leaks, systemd checks K/K, failover kernel ok
+# (the failover part "failover kernel ok, standby ok, under loss1pct ok (0 false verdicts in
+# 30 probe rounds)", then ", shaped links ok"), after the shaped-link smoke's own line
+#   vm-tier: shaped links (kernel): tunnel/direct delay20ms: tcp1-up x0.93 [..], ping-idle 20.4/20.3 ms; loss1pct: ... ok
 # That is the Debian 12 (bookworm, systemd 252) image. Then a second image, Debian 13
 # (trixie, systemd 257), boots the same tree for the systemd checks (TRIXIE_RUN) and tests/e2e's
 # warm-standby leak states (TRIXIE_E2E_RUN; no other leak matrices, no failover), logs in
@@ -15,7 +18,8 @@
 #   vm tier (trixie, systemd 257): systemd checks K/K, standby W X S B × 51 probes, 0 leaks
 # Exits 0 only when every guest test passed AND every count is there: the kernel backend
 # check, each leak state in REQUIRED_LEAK_STATES with its probes and zero leaks, each
-# systemd check in REQUIRED_SYSTEMD_CHECKS ok, and the kernel failover check ok; on trixie
+# systemd check in REQUIRED_SYSTEMD_CHECKS ok, the kernel failover checks ok (plain, warm
+# standby, under loss with no flap), and vpn-bench's shaped-link smoke ok; on trixie
 # each check in REQUIRED_SYSTEMD_CHECKS_TRIXIE ok and each standby state in
 # REQUIRED_STANDBY_STATES run on the kernel backend with 0 leaks and every positive control
 # passed. With VMTEST_RUN set (a partial run) the
@@ -258,10 +262,36 @@ else
 	problems+=("standby failover check failed")
 fi
 
+# The warm-standby failover under loss with health.fast (issue 25 part 6): a no-flap window,
+# then a real death: "failover-kernel-loss ok detect=.. switch=.. rounds=N ... verdicts=0 ...".
+line=$(grep -E '^failover-kernel-loss ' <<<"$vms" | tail -n1)
+if [ -z "$line" ]; then
+	if [ "$partial" = 1 ]; then failover+=", under loss not run"; else problems+=("failover under loss check missing"); fi
+elif [[ $line == "failover-kernel-loss ok"* ]]; then
+	failover+=", under loss1pct ok ($(sed -n 's/.* rounds=\([0-9]*\).* verdicts=\([0-9]*\).*/\2 false verdicts or switches in \1 probe rounds/p' <<<"$line"))"
+else
+	failover+=", under loss1pct FAIL"
+	problems+=("failover under loss check failed")
+fi
+
+# vpn-bench's shaped-link scenarios on kernel WireGuard (shaped_test.go), on a line of their
+# own: "shaped-kernel ok tunnel/direct delay20ms: tcp1-up x.. [..], ping-idle ../.. ms; loss1pct: ...".
+shaped="shaped links MISSING"
+line=$(grep -E '^shaped-kernel ' <<<"$vms" | tail -n1)
+if [ -z "$line" ]; then
+	if [ "$partial" = 1 ]; then shaped="shaped links not run"; else problems+=("shaped links (kernel) missing"); fi
+elif [[ $line == "shaped-kernel ok "* ]]; then
+	echo "vm-tier: shaped links (kernel): ${line#shaped-kernel ok } ok"
+	shaped="shaped links ok"
+else
+	shaped="shaped links FAIL"
+	problems+=("shaped links (kernel) failed")
+fi
+
 other_failures "$vms" "$rc"
 states="$nstates leak states × ${probes:-0} probes"
 [ -z "$e2e" ] || states="$e2e + $nstates × ${probes:-0}"
-verdict "vm tier" "$kernel, $states, $leaks leaks, systemd checks $kok/$ktotal, $failover" "$rc"
+verdict "vm tier" "$kernel, $states, $leaks leaks, systemd checks $kok/$ktotal, $failover, $shaped" "$rc"
 }
 
 # --- Debian 13 (trixie, systemd 257): the systemd checks ---------------------------------

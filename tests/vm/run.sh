@@ -10,6 +10,8 @@
 #                                         suite's agent; $VPN_E2E_AGENT_HOOKS)
 #   /opt/vpnc/bin/provider                go build ./tests/cmd/provider (the e2e harness's
 #                                         WireGuard provider / logging decoy; $VPN_E2E_PROVIDER)
+#   /opt/vpnc/bin/vpn-bench               go build ./agent/cmd/vpn-bench (shaped_test.go runs its
+#                                         shaped-link scenarios on kernel WireGuard)
 #   /opt/vpnc/bin/sandboxprobe            go build ./tests/cmd/sandboxprobe (tries one thing a
 #                                         confined process must not do: io_uring sockets, ...)
 #   /opt/vpnc/tests/<name>/<name>.test    go test -c of each package in $VMTEST_PKGS,
@@ -38,6 +40,10 @@
 #   VMTEST_ARGS           extra arguments for the Go test binaries (e.g. -test.short;
 #                         default with the e2e matrix: -test.skip of its standby site,
 #                         which ci.sh runs in the Debian 13 pass)
+#   VMTEST_BENCH_ARGS     vpn-bench flags added to (and overriding) the shaped-link smoke's
+#                         (shaped_test.go), e.g. "--samples 6 --duration 5" for a longer run
+#   VMTEST_NOFLAP_ROUNDS  probe rounds of the no-flap window under loss (failover_loss_test.go;
+#                         default 30)
 #   VMTEST_TEST_TIMEOUT   per-binary timeout in the guest, seconds (default 1500)
 #   VMTEST_TIMEOUT        hard timeout for the whole VM run, seconds (default 2400)
 #   VMTEST_MEM / VMTEST_SMP   guest memory in MiB (default 3072) / CPUs (default 2)
@@ -130,6 +136,13 @@ if compgen -G "tests/cmd/provider/*.go" >/dev/null; then
 		die "go build ./tests/cmd/provider failed"
 fi
 
+# --- vpn-bench: the benchmark, run in the guest on kernel WireGuard (shaped_test.go) ------
+if compgen -G "agent/cmd/vpn-bench/*.go" >/dev/null; then
+	log "go build ./agent/cmd/vpn-bench -> /opt/vpnc/bin/vpn-bench"
+	go build -trimpath -o "$R/opt/vpnc/bin/vpn-bench" ./agent/cmd/vpn-bench ||
+		die "go build ./agent/cmd/vpn-bench failed"
+fi
+
 # --- test helper: the sandbox probe (tries one thing a confined process must not do) ------
 if compgen -G "tests/cmd/sandboxprobe/*.go" >/dev/null; then
 	log "go build ./tests/cmd/sandboxprobe -> /opt/vpnc/bin/sandboxprobe"
@@ -192,6 +205,8 @@ fi
 	printf 'VMTEST_TEST_TIMEOUT=%q\n' "$VMTEST_TEST_TIMEOUT"
 	printf 'VMTEST_ARGS=%q\n' "${VMTEST_ARGS:-}"
 	printf 'VMTEST_PROFILE=%q\n' "${VMTEST_PROFILE:-0}"
+	printf 'VMTEST_BENCH_ARGS=%q\n' "${VMTEST_BENCH_ARGS:-}"
+	printf 'VMTEST_NOFLAP_ROUNDS=%q\n' "${VMTEST_NOFLAP_ROUNDS:-}"
 	printf 'VPNC_VM_E2E_MATRIX=%q\n' "$VMTEST_E2E_MATRIX"
 	# Per-binary -test.run filters (VMTEST_RUN_<NAME>, NAME the binary's upper-cased, e.g.
 	# VMTEST_RUN_E2E), used when VMTEST_RUN is empty.

@@ -113,28 +113,28 @@ func (p *tablePoller) Stop() *tablePoller {
 // errors about it), no leak probe gets out, the decoys log nothing, and the kill switch
 // table is found in every back-to-back listing, replaced (new handle) by one allowing the
 // second server's resolver.
-func TestKernelFailover(t *testing.T) { kernelFailover(t, false) }
+func TestKernelFailover(t *testing.T) { kernelFailover(t, failoverCase{summary: "failover-kernel"}) }
 
 // TestKernelStandbyFailover (`vmsummary: failover-kernel-standby ok|FAIL`): the same with a
 // pool sharing one client key and address (issue 25): the second server is a warm standby
 // peer on the kernel device before the first dies, and the switch to it moves the allowed IPs
 // (no retry, no cold handshake); the same checks of the kill switch and the uplink.
-func TestKernelStandbyFailover(t *testing.T) { kernelFailover(t, true) }
+func TestKernelStandbyFailover(t *testing.T) {
+	kernelFailover(t, failoverCase{summary: "failover-kernel-standby", shared: true})
+}
 
-func kernelFailover(t *testing.T, shared bool) {
+func kernelFailover(t *testing.T, fc failoverCase) {
 	requireHarness(t)
 	t.Parallel()
-	summary := "failover-kernel"
-	if shared {
-		summary += "-standby"
-	}
+	shared := fc.shared
 	ok := false
 	var detected, resumed time.Duration
+	var lossy *lossWindow
 	t.Cleanup(func() {
 		if ok && !t.Failed() {
-			vmsummary("%s ok detect=%.1fs switch=%.1fs", summary, detected.Seconds(), resumed.Seconds())
+			vmsummary("%s ok detect=%.1fs switch=%.1fs%s", fc.summary, detected.Seconds(), resumed.Seconds(), lossy)
 		} else {
-			vmsummary("%s FAIL", summary)
+			vmsummary("%s FAIL", fc.summary)
 		}
 	})
 
@@ -155,7 +155,7 @@ func kernelFailover(t *testing.T, shared bool) {
 		}
 	}
 	name := tp.Name(testbed.RoleConfined)
-	path := pool.PoolConfig(t, name, []string{fileA, fileB}, func(c *config.Config) { c.Backend = "kernel" })
+	path := pool.PoolConfig(t, name, []string{fileA, fileB}, func(c *config.Config) { c.Backend, c.Health.Fast = "kernel", fc.lossy })
 	ag := agentproc.Agent{Bin: agentBin, HostNS: tp.Host}
 	d := ag.Run(t, path)
 	iface := names.Tunnel(name)
@@ -218,6 +218,10 @@ func kernelFailover(t *testing.T, shared bool) {
 			t.Fatalf("the second server never became a warm standby: %v\nagent:\n%s", m["tunnel"], d.Output())
 		}
 	}
+	if fc.lossy {
+		// The window under loss; the loss stays on for the death and the switch.
+		lossy = noFlap(t, tp, p2, ag, d, name, noFlapRounds(t))
+	}
 	mark2 := tun2.Mark()
 	decoyMark, _ := tp.DecoyControl(t)
 
@@ -264,6 +268,7 @@ func kernelFailover(t *testing.T, shared bool) {
 	rounds, leaks := stopRounds()
 	tables.Stop()
 	pkts := up.Stop()
+	lossy.unshape(t, tp) // the state after is checked on a clean path (single DNS queries)
 
 	// After: server 1, healthy, traffic and DNS through the second provider.
 	var rc int

@@ -18,9 +18,14 @@ VMTEST_RUN=
 VMTEST_TEST_TIMEOUT=420
 VMTEST_ARGS=
 VMTEST_PROFILE=0
+VMTEST_BENCH_ARGS=
+VMTEST_NOFLAP_ROUNDS=
 VPNC_VM_E2E_MATRIX=0
 # shellcheck disable=SC1091
 [ -r /opt/vpnc/env ] && . /opt/vpnc/env
+# A longer run's settings (run.sh): vpn-bench flags for shaped_test.go, the no-flap window
+# of failover_loss_test.go.
+export VMTEST_BENCH_ARGS VMTEST_NOFLAP_ROUNDS
 export VPNC_VM_GUEST=1 VPNC_AGENT=/opt/vpnc/bin/vpn-agent VPNC_DIST=/opt/vpnc/dist
 # Prebuilt binaries for the e2e harness (tests/e2e honours all three; there is no Go toolchain here).
 export VPN_E2E_AGENT=/opt/vpnc/bin/vpn-agent VPN_E2E_PROVIDER=/opt/vpnc/bin/provider
