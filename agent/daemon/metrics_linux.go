@@ -155,7 +155,8 @@ func (mo *monitor) repaired(rep *health.Report, ok bool) {
 }
 
 // liveness hands the failover loop's new counts to metrics: a failover
-// (which also names the new active server) and probe failures, and its
+// (which also names the new active server), probe failures and early
+// probes, and its
 // state.
 func (mo *monitor) liveness(l *Liveness) {
 	if mo == nil || l == nil {
@@ -167,6 +168,9 @@ func (mo *monitor) liveness(l *Liveness) {
 	}
 	for i := mo.seen.ProbeFailures; i < now.ProbeFailures; i++ {
 		mo.m.ProbeFailed()
+	}
+	for i := mo.seen.EarlyProbes; i < now.EarlyProbes; i++ {
+		mo.m.ProbedEarly()
 	}
 	mo.m.Recovering(now.Recovery)
 	if now.Pool > 1 {

@@ -53,3 +53,37 @@ func TestMonitorCountsRepairs(t *testing.T) {
 		t.Errorf("repairs_total %v, want policy_missing and routes_wrong 2, the rest 0", got)
 	}
 }
+
+// counterSeen reads the single sample of counter name from m's registry.
+func counterSeen(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no single %s sample", name)
+	return 0
+}
+
+// The failover loop's counts reach metrics as increments since the last
+// reading: early probes (the passive trigger) and probe failures.
+func TestMonitorCountsEarlyProbes(t *testing.T) {
+	mo := &monitor{m: metrics.New(&config.Spec{Name: "proton"})}
+	l := &Liveness{}
+	l.set(Snapshot{Pool: 1, EarlyProbes: 2, ProbeFailures: 1})
+	mo.liveness(l)
+	l.set(Snapshot{Pool: 1, EarlyProbes: 3, ProbeFailures: 1})
+	mo.liveness(l)
+	mo.liveness(l) // nothing new
+	if got := counterSeen(t, mo.m, "vpn_confinement_probes_early_total"); got != 3 {
+		t.Errorf("probes_early_total %v, want 3", got)
+	}
+	if got := counterSeen(t, mo.m, "vpn_confinement_probe_failures_total"); got != 1 {
+		t.Errorf("probe_failures_total %v, want 1", got)
+	}
+}

@@ -34,6 +34,8 @@ var (
 		"The failover loop's state: 1 for the current one of healthy, retrying, failing_over and every_server_dead (the pool tried in full; the namespace stays closed), 0 for the others (absent before the first check).", "state")
 	descProbe = desc("probe_failures_total",
 		"Failed health probes through the tunnel.")
+	descProbeEarly = desc("probes_early_total",
+		"Health probes sent before their tick because the tunnel sent and received nothing for a whole check (the passive trigger; at most one per probe interval).")
 	descStandbyServer = desc("standby_server",
 		"The warm standby's index in the pool (issue 25), -1 when there is none (present only with a pool of more than one server).")
 	descStandbyWarm = desc("standby_warm",
@@ -58,7 +60,7 @@ var (
 type collector struct{ m *Metrics }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descHandshake, descRx, descTx, descKill, descRepairs, descFailovers, descServer, descRecovery, descProbe,
+	for _, d := range []*prometheus.Desc{descUp, descHandshake, descRx, descTx, descKill, descRepairs, descFailovers, descServer, descRecovery, descProbe, descProbeEarly,
 		descStandbyServer, descStandbyWarm, descStandbyHandshake, descMovesBack, descFwdPort, descFwdAnswering, descFwdRequests, descFwdFailures, descFwdPending} {
 		ch <- d
 	}
@@ -121,6 +123,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descFailovers, float64(m.failovers.Load()))
 	counter(descProbe, float64(m.probeFails.Load()))
+	counter(descProbeEarly, float64(m.probesEarly.Load()))
 	if s.Recovery != "" {
 		for _, r := range recoveryStates {
 			v := 0.0

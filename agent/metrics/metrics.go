@@ -4,7 +4,7 @@
 // The daemon feeds it: Publish after each health inspection (a snapshot
 // that every scrape and /healthz read whole, so values are consistent),
 // Ready once the namespace is up, the failover loop's state (Recovering)
-// and the event counters (Repaired, FailedOver, ProbeFailed), which live
+// and the event counters (Repaired, FailedOver, ProbeFailed, ProbedEarly), which live
 // here as atomic counters because no report carries them. Nothing here
 // reads the namespace itself, and no key is ever exposed: the snapshot
 // holds a health.Report (which has none) and, of the config, the
@@ -60,9 +60,10 @@ type Metrics struct {
 	snap atomic.Pointer[Snapshot]
 	mu   sync.Mutex // serialises snapshot updates (read-modify-write)
 
-	repairs    [numKinds]atomic.Uint64
-	failovers  atomic.Uint64
-	probeFails atomic.Uint64
+	repairs     [numKinds]atomic.Uint64
+	failovers   atomic.Uint64
+	probeFails  atomic.Uint64
+	probesEarly atomic.Uint64
 }
 
 // New prepares the metrics of spec s's namespace (not yet ready, no
@@ -157,4 +158,13 @@ func (m *Metrics) ProbeFailed() {
 		return
 	}
 	m.probeFails.Add(1)
+}
+
+// ProbedEarly counts a health probe the passive trigger sent before its
+// tick (traffic without an answer).
+func (m *Metrics) ProbedEarly() {
+	if m == nil {
+		return
+	}
+	m.probesEarly.Add(1)
 }

@@ -65,6 +65,8 @@ func TestCollector(t *testing.T) {
 	m.Repaired(health.PolicyMissing)
 	m.Repaired(health.HandshakeStale) // not repairable: not counted
 	m.ProbeFailed()
+	m.ProbedEarly()
+	m.ProbedEarly()
 	m.FailedOver(1)
 
 	want := `
@@ -93,12 +95,15 @@ vpn_confinement_server_info{config_file="",endpoint="198.51.100.2:51820",namespa
 # HELP vpn_confinement_probe_failures_total Failed health probes through the tunnel.
 # TYPE vpn_confinement_probe_failures_total counter
 vpn_confinement_probe_failures_total{namespace="proton"} 1
+# HELP vpn_confinement_probes_early_total Health probes sent before their tick because the tunnel sent and received nothing for a whole check (the passive trigger; at most one per probe interval).
+# TYPE vpn_confinement_probes_early_total counter
+vpn_confinement_probes_early_total{namespace="proton"} 2
 `
 	c := collector{m}
 	names := []string{"vpn_confinement_up", "vpn_confinement_tunnel_last_handshake_timestamp_seconds",
 		"vpn_confinement_tunnel_receive_bytes_total", "vpn_confinement_tunnel_transmit_bytes_total",
 		"vpn_confinement_killswitch_packets_total", "vpn_confinement_failovers_total",
-		"vpn_confinement_server_info", "vpn_confinement_probe_failures_total"}
+		"vpn_confinement_server_info", "vpn_confinement_probe_failures_total", "vpn_confinement_probes_early_total"}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}

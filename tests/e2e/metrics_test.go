@@ -115,6 +115,7 @@ func TestAgentMetrics(t *testing.T) {
 		fmt.Sprintf("vpn_confinement_up{namespace=%q} 1\n", c.name),
 		"vpn_confinement_killswitch_packets_total{counter=",
 		"vpn_confinement_tunnel_receive_bytes_total{",
+		"vpn_confinement_probes_early_total{",
 		fmt.Sprintf("vpn_confinement_recovery_state{namespace=%q,state=\"healthy\"} 1\n", c.name),
 		fmt.Sprintf("vpn_confinement_server_info{config_file=\"\",endpoint=%q,namespace=%q} 1\n", c.cfg.WireGuard.Peers[0].Endpoint, c.name),
 	} {
