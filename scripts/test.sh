@@ -66,7 +66,11 @@ go test -count=1 -tags vpnagent_testhooks ./agent/cli
 [ "$with_vm" = 1 ] && touch tests/vm/out/.unit-done
 
 step "end-to-end tests (tests/e2e)"
-VPNC_MATRIX_REPORT="$report/leak-matrix.txt" go test -count=1 -timeout 20m ./tests/e2e
+# As JSON through tests/cmd/testreport: the plain output (failures in full), then the slowest
+# tests, so that the log shows where the suite's minutes go.
+go build -o "$report/testreport" ./tests/cmd/testreport
+VPNC_MATRIX_REPORT="$report/leak-matrix.txt" go test -json -count=1 -timeout 20m ./tests/e2e |
+  "$report/testreport" -slowest 15
 if [ -s "$report/leak-matrix.txt" ]; then
   step "leak matrix (tests/e2e)"
   cat "$report/leak-matrix.txt"
