@@ -67,9 +67,12 @@ go test -count=1 -tags vpnagent_testhooks ./agent/cli
 
 step "end-to-end tests (tests/e2e)"
 # As JSON through tests/cmd/testreport: the plain output (failures in full), then the slowest
-# tests, so that the log shows where the suite's minutes go.
+# tests, so that the log shows where the suite's minutes go. Four tests at a time, not go
+# test's default of GOMAXPROCS (2): three of them mostly wait on timers (the leak matrix's
+# warm-standby site ~280 s, TestIdleFailoverDefaultProbe ~250 s, TestStatusIdleFirstMinutes
+# ~190 s), and with two slots two of them held both while the CPU stood 95 % idle for minutes.
 go build -o "$report/testreport" ./tests/cmd/testreport
-VPNC_MATRIX_REPORT="$report/leak-matrix.txt" go test -json -count=1 -timeout 20m ./tests/e2e |
+VPNC_MATRIX_REPORT="$report/leak-matrix.txt" go test -json -count=1 -parallel 4 -timeout 20m ./tests/e2e |
   "$report/testreport" -slowest 15
 if [ -s "$report/leak-matrix.txt" ]; then
   step "leak matrix (tests/e2e)"
