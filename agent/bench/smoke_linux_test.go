@@ -54,6 +54,7 @@ func runSmoke(t *testing.T, o *Options, timeout time.Duration) *Result {
 // TestSmoke runs a real, very short bench (1 sample of 1 s, two modes)
 // and checks the benchmark.json structure and that nothing is left over.
 func TestSmoke(t *testing.T) {
+	t.Parallel() // each its own topology (testbed.NewID); mostly waiting
 	o := Options{
 		Samples: 1, Duration: time.Second, Omit: 0,
 		Modes:     []Mode{ModeDirect, ModePolicy},
@@ -133,6 +134,7 @@ func TestSmoke(t *testing.T) {
 // `vpn-agent run` process of its own), the same-version reference and the
 // scale workload, in their shortest form, and checks what each records.
 func TestSmokeAgentModes(t *testing.T) {
+	t.Parallel() // each its own topology (testbed.NewID); mostly waiting
 	if _, err := exec.LookPath("wg"); err != nil {
 		t.Skip("needs wg (the reference is configured with it)")
 	}
@@ -218,6 +220,7 @@ func TestSmokeAgentModes(t *testing.T) {
 // no named namespace for its config name, its tunnel in the pod), its
 // figures are recorded like the host agent's, and nothing is left.
 func TestSmokeSidecar(t *testing.T) {
+	t.Parallel() // each its own topology (testbed.NewID); mostly waiting
 	o := Options{
 		Samples: 2, Duration: time.Second, Omit: 0,
 		Modes:     []Mode{ModePolicy, ModeSidecar},
@@ -325,6 +328,7 @@ func BenchmarkEngineUpDown(b *testing.B) {
 // split comes from the agent's own record, and that nothing is left
 // over.
 func TestSmokeFailover(t *testing.T) {
+	t.Parallel() // each its own topology (testbed.NewID); mostly waiting
 	o := Options{
 		Samples: 1, Duration: time.Second, Omit: 0, Modes: []Mode{ModeTunnel},
 		Workloads: []string{FailoverWorkload}, FailoverSamples: 1,
@@ -366,6 +370,7 @@ func TestSmokeFailover(t *testing.T) {
 // that is no standby heard nothing) are the sample's own; here the
 // figures must be there and plausible.
 func TestSmokeStandbyCost(t *testing.T) {
+	t.Parallel() // each its own topology (testbed.NewID); mostly waiting
 	o := Options{
 		Samples: 1, Duration: time.Second, Omit: 0, Modes: []Mode{ModeTunnel},
 		Workloads: []string{StandbyCostWorkload}, StandbySamples: 1, StandbyWindow: 10 * time.Second,
