@@ -599,7 +599,7 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, agent *Binary, round
 			}
 			if t, before, n := st.firstAfter(t0, latest(t0, from)); !t.IsZero() {
 				s.EchoesBefore, s.Attempts = before, n
-				stt, err := engine.ReadState(l.name)
+				stt, err := switchRecord(ctx, l.name)
 				if err != nil || stt.Liveness == nil {
 					return fail("the state file after the switch: %v", err)
 				}
@@ -621,6 +621,27 @@ func (l *foLab) sample(ctx context.Context, sc *FOScenario, agent *Binary, round
 		}
 		if time.Since(t0) > window {
 			return fail("no failover within %v of the death (detected: %v, switched: %v): %s", window, isDetected(), !polledSwitch.IsZero(), ag.tail())
+		}
+	}
+}
+
+// switchRecord reads the state file after a switch. The switch writes it
+// twice: the engine the new server, then the failover loop its record of
+// the verdict and the switch (deadAt, switchedAt); read between the two
+// (1 round in 40 once), it lacks the times. Read again, every poll period
+// for up to a second, until it has them; then whatever it holds (split
+// falls back to the polls).
+func switchRecord(ctx context.Context, name string) (*engine.State, error) {
+	deadline := time.Now().Add(time.Second)
+	for {
+		stt, err := engine.ReadState(name)
+		if err != nil || stt.Liveness == nil || (!stt.Liveness.DeadAt.IsZero() && !stt.Liveness.SwitchedAt.IsZero()) || time.Now().After(deadline) {
+			return stt, err
+		}
+		select {
+		case <-ctx.Done():
+			return stt, nil
+		case <-time.After(foPoll):
 		}
 	}
 }
