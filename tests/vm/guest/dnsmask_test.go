@@ -215,11 +215,11 @@ func TestResolverMasksSurvive(t *testing.T) {
 				writeFile(t, nscdD+"vpn-confinement.conf", harness.ReadFile(t, "/opt/vpnc/dist/systemd/nscd-vpn-confinement.conf"))
 			}
 			run(t, "systemctl", "daemon-reload")
-			run(t, "systemctl", "restart", "nscd.service")
+			systemctlAgain(t, "restart", "nscd.service")
 			run(t, "systemctl", "restart", hold, old)
 			ex = startExec(t)
 			ino := dmIno("/run/nscd")
-			run(t, "systemctl", "restart", "nscd.service")
+			systemctlAgain(t, "restart", "nscd.service")
 			if _, err := os.Stat(nscdSock); err != nil {
 				t.Fatalf("%s: nscd restarted but %s: %v", variant, nscdSock, err)
 			}
@@ -243,7 +243,7 @@ func TestResolverMasksSurvive(t *testing.T) {
 		}
 		os.RemoveAll(nscdD)
 		run(t, "systemctl", "daemon-reload")
-		run(t, "systemctl", "restart", "nscd.service")
+		systemctlAgain(t, "restart", "nscd.service")
 	})
 	execReport("exec-nscd-restart-no-leak")
 
@@ -260,7 +260,7 @@ func TestResolverMasksSurvive(t *testing.T) {
 			t.Errorf("the confined service's start did not create /run/nscd")
 		}
 		ex = startExec(t)
-		run(t, "systemctl", "start", "nscd.service")
+		systemctlAgain(t, "start", "nscd.service")
 		if _, err := os.Stat(nscdSock); err != nil {
 			t.Fatalf("nscd started but %s: %v", nscdSock, err)
 		}

@@ -40,6 +40,16 @@ func run(t *testing.T, name string, args ...string) string {
 	return out
 }
 
+// systemctlAgain runs `systemctl VERB UNIT` for a unit a test starts or
+// restarts many times in a row (nscd): systemd refuses a sixth start within
+// 10 s ("start of the service was attempted too often"; StartLimitBurst=),
+// so reset-failed clears the unit's start counter first.
+func systemctlAgain(t *testing.T, verb, unit string) {
+	t.Helper()
+	_, _ = runErr("systemctl", "reset-failed", unit)
+	run(t, "systemctl", verb, unit)
+}
+
 func runErr(name string, args ...string) (string, error) {
 	var buf bytes.Buffer
 	cmd := exec.Command(name, args...)

@@ -584,7 +584,7 @@ func TestSystemdConfinement(t *testing.T) {
 			f.startUnit(t, f.agent)
 		}
 		f.hostResolver(t, "nscd")
-		run(t, "systemctl", "start", "nscd.service")
+		systemctlAgain(t, "start", "nscd.service")
 		if _, err := os.Stat("/run/nscd/socket"); err != nil {
 			t.Fatalf("nscd runs but /run/nscd/socket: %v", err)
 		}
