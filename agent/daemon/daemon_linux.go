@@ -224,28 +224,38 @@ func reload(ctx context.Context, eng *engine.Engine, inst *engine.Instance, load
 			}
 		}
 	}
-	changed, err := eng.Reload(ctx, inst, next)
+	// The agent's own parts change before the engine records the outcome
+	// that `up` reads (the old metrics listener closed first).
+	applied := false
+	changed, err := eng.Reload(ctx, inst, next, func(changed []string) {
+		applied = true
+		if slices.Contains(changed, "metrics") || slices.Contains(changed, "pool") {
+			p.mon = p.mon.commit(mc, log)
+			p.mon.ready(inst, readingOf(eng, inst))
+			if p.mon != nil {
+				p.mon.seen = live.Snapshot() // counted by the metrics before
+				if st := p.mon.seen.Recovery; st != "" {
+					p.mon.m.Recovering(st)
+				}
+			}
+		}
+		if slices.Contains(changed, "portForwarding") {
+			p.fwd = fwd
+		}
+		p.fwd.monitor(p.mon)
+		if len(changed) > 0 {
+			p.fo.reconfigure(inst.Spec)
+		}
+	})
+	if err != nil && applied {
+		// Applied, but the outcome could not be recorded for `up`.
+		log.Error("reloaded, but cannot record the outcome", "changed", changed, "err", err)
+		return
+	}
 	if err != nil {
 		mc.abandon()
 		log.Error("reload failed; the running config stays", "err", err)
 		return
-	}
-	if slices.Contains(changed, "metrics") || slices.Contains(changed, "pool") {
-		p.mon = p.mon.commit(mc, log)
-		p.mon.ready(inst, readingOf(eng, inst))
-		if p.mon != nil {
-			p.mon.seen = live.Snapshot() // counted by the metrics before
-			if st := p.mon.seen.Recovery; st != "" {
-				p.mon.m.Recovering(st)
-			}
-		}
-	}
-	if slices.Contains(changed, "portForwarding") {
-		p.fwd = fwd
-	}
-	p.fwd.monitor(p.mon)
-	if len(changed) > 0 {
-		p.fo.reconfigure(inst.Spec)
 	}
 	Notify(fmt.Sprintf("STATUS=namespace %s up (%s backend), reloaded", inst.Spec.Name, inst.Backend))
 	log.Info("reloaded", "changed", changed)

@@ -22,8 +22,11 @@ import (
 // config that differs in any other part changes nothing
 // (*RestartNeeded). Each outcome is recorded in the state file
 // (State.Reload) for `up` to read. It returns the parts it changed; the
-// daemon applies its own (metrics, health, pool, port forwarding) after.
-func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) (changed []string, err error) {
+// daemon applies its own (metrics, health, pool, port forwarding) in
+// then, which runs after a successful change and before the outcome is
+// recorded, so that `up` never reads "reloaded" while an old part (a
+// metrics listener) still serves.
+func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec, then ...func(changed []string)) (changed []string, err error) {
 	res := &ReloadResult{At: time.Now().UTC()}
 	defer func() {
 		if err != nil {
@@ -89,6 +92,9 @@ func (e *Engine) Reload(ctx context.Context, inst *Instance, next *config.Spec) 
 		} else {
 			e.log().Warn("pin endpoints: the new peers' names do not resolve; the previous endpoints stay allowed", "namespace", twin.Name, "err", err)
 		}
+	}
+	for _, f := range then {
+		f(live)
 	}
 	res.Changed = live
 	e.log().Info("namespace reloaded", "namespace", twin.Name, "changed", live)

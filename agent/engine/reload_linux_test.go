@@ -247,3 +247,30 @@ func TestReloadRefusesAllowedEgress(t *testing.T) {
 		t.Errorf("a refused reload changed something: calls %q", c)
 	}
 }
+
+// The daemon's own parts (then) change before the outcome that `up` reads
+// is recorded: a "reloaded" in the state file means all of it applied.
+func TestReloadThenBeforeRecord(t *testing.T) {
+	w, e, inst := upFake(t)
+	next := testSpec(true)
+	next.DNS = []netip.Addr{netip.MustParseAddr("10.2.0.53")}
+	var ran []string
+	var recorded bool
+	_, err := e.Reload(context.Background(), inst, next, func(changed []string) {
+		ran = changed
+		recorded = w.lastState != nil && w.lastState.Reload != nil
+	})
+	if err != nil || !slices.Equal(ran, []string{"dns"}) || recorded {
+		t.Fatalf("then got %q (err %v); the outcome recorded before it: %v", ran, err, recorded)
+	}
+	if st := w.lastState; st == nil || st.Reload == nil || !slices.Equal(st.Reload.Changed, ran) {
+		t.Errorf("no outcome recorded after then: %+v", st)
+	}
+	// A refused reload runs nothing.
+	ran = nil
+	bad := testSpec(true)
+	bad.Name = "other"
+	if _, err := e.Reload(context.Background(), inst, bad, func(c []string) { ran = c }); err == nil || ran != nil {
+		t.Errorf("a refused reload: err %v, then ran with %q", err, ran)
+	}
+}
